@@ -1,0 +1,81 @@
+"""The Backend protocol: the few operations every pull-queue adapter must do.
+
+Arguments arrive already validated by `pullqueue.Queue` (limits, names, tags), so an adapter
+only maps each call onto its service and reports per-task outcomes in the legacy error types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Protocol, runtime_checkable
+
+from pullqueue.errors import Error
+from pullqueue.task import QueueStats, Task
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A place pull queues live: memory, Pub/Sub, Cloud Tasks or the App Engine bundled API."""
+
+    url: str
+
+    def now(self) -> float:
+        """The backend's clock in POSIX seconds (ETAs and lease expiries are on this clock)."""
+        ...
+
+    def add(self, queue: str, tasks: Sequence[Task]) -> list[Error | None]:
+        """Add tasks; one outcome per task, None when added (name and eta_posix then set).
+
+        Tasks whose outcome is None are in the queue even when others failed, as in the
+        legacy bulk add (TaskAlreadyExistsError, TombstonedTaskError per task).
+        """
+        ...
+
+    def lease(
+        self,
+        queue: str,
+        lease_seconds: float,
+        max_tasks: int,
+        *,
+        tag: str | None = None,
+        group_by_tag: bool = False,
+        deadline: float = 10.0,
+    ) -> list[Task]:
+        """Lease up to max_tasks available tasks, oldest ETA first.
+
+        With a tag only tasks of that tag; with group_by_tag and no tag only tasks sharing the
+        tag of the oldest available task. Each returned task has its lease token set.
+        """
+        ...
+
+    def modify_lease(self, queue: str, task: Task, lease_seconds: float) -> None:
+        """Extend or end (0 seconds) the caller's current lease; updates task in place.
+
+        Raises TaskLeaseExpiredError when the caller's lease is no longer current.
+        """
+        ...
+
+    def delete(self, queue: str, tasks: Sequence[Task]) -> list[bool]:
+        """Delete tasks; True per task deleted, False when it was unknown or already gone."""
+        ...
+
+    def purge(self, queue: str) -> None:
+        """Remove every task from the queue."""
+        ...
+
+    def stats(self, queue: str) -> QueueStats:
+        """Counts the backend can tell about the queue."""
+        ...
+
+    def close(self) -> None:
+        """Release resources; leases still held by this process are released where possible."""
+        ...
+
+
+@runtime_checkable
+class ListingBackend(Backend, Protocol):
+    """A backend that can also list tasks without leasing them, future ETAs included."""
+
+    def list_tasks(self, queue: str) -> Iterator[Task]:
+        """Every task in the queue, leased or not, in ETA order where the service allows."""
+        ...

@@ -1,0 +1,122 @@
+"""The Pub/Sub resource names and filters for a queue: the one definition both sides use.
+
+The adapter looks for exactly these ids and the Terraform module in `terraform/` creates exactly
+these (a test parses the module's HCL and checks they agree), so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pullqueue.errors import ConfigurationError
+
+# Formats shared with terraform/modules/pullqueue/main.tf (locals); keep the two in step.
+TOPIC_FORMAT = "{prefix}{queue}"
+WORKER_SUBSCRIPTION_FORMAT = "{prefix}{queue}-workers"
+TAG_SUBSCRIPTION_FORMAT = "{prefix}{queue}-tag-{tag}"
+DEAD_LETTER_TOPIC_FORMAT = "{prefix}{queue}-dead-letter"
+DEAD_LETTER_SUBSCRIPTION_FORMAT = "{prefix}{queue}-dead-letter"
+
+# Message attributes of the wire format (docs/pubsub.md).
+ATTR_TASK_NAME = "task_name"
+ATTR_TAG = "tag"
+ATTR_ETA = "eta"
+
+MAX_FILTER_BYTES = 256
+_RESOURCE_ID_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9._~+%-]{2,254}$")
+DECLARED_TAG_RE = re.compile(r"^[a-zA-Z0-9._~+%-]{1,100}$")
+
+
+def check_resource_id(resource_id: str, kind: str, queue: str) -> str:
+    """Return resource_id when Pub/Sub accepts it, else a ConfigurationError saying why."""
+    if not _RESOURCE_ID_RE.match(resource_id) or resource_id.lower().startswith("goog"):
+        raise ConfigurationError(
+            f"Pub/Sub {kind} id {resource_id!r} is not valid (3-255 characters, starting with a"
+            " letter, not 'goog'); set PULLQUEUE_PUBSUB_PREFIX (e.g. 'pq-') so queue names map"
+            " to valid ids",
+            queue=queue,
+        )
+    return resource_id
+
+
+def tag_filter(tag: str) -> str:
+    """The filter of a declared tag's subscription: only that tag's tasks."""
+    return f'attributes.tag = "{tag}"'
+
+
+def worker_filter(declared_tags: Iterable[str]) -> str:
+    """The worker subscription's filter: every task except those of declared tags ('' = all)."""
+    tags = sorted(set(declared_tags))
+    if not tags:
+        return ""
+    if len(tags) == 1:
+        return f'NOT attributes:tag OR attributes.tag != "{tags[0]}"'
+    others = " AND ".join(f'attributes.tag != "{t}"' for t in tags)
+    return f"NOT attributes:tag OR ({others})"
+
+
+@dataclass(frozen=True)
+class QueueLayout:
+    """Every Pub/Sub id and filter one pull queue uses."""
+
+    project: str
+    queue: str
+    prefix: str = ""
+    declared_tags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for tag in self.declared_tags:
+            if not DECLARED_TAG_RE.match(tag):
+                raise ConfigurationError(
+                    f"declared tag {tag!r} must match {DECLARED_TAG_RE.pattern} to name a"
+                    " subscription; leave it undeclared (served by the worker subscription)",
+                    queue=self.queue,
+                )
+        if len(self.worker_filter.encode()) > MAX_FILTER_BYTES:
+            raise ConfigurationError(
+                f"{len(self.declared_tags)} declared tags make the worker subscription's filter"
+                f" longer than Pub/Sub's {MAX_FILTER_BYTES} bytes; declare fewer tags",
+                queue=self.queue,
+            )
+        for resource_id, kind in [
+            (self.topic_id, "topic"),
+            (self.worker_subscription_id, "subscription"),
+            (self.dead_letter_topic_id, "topic"),
+            *((self.tag_subscription_id(t), "subscription") for t in self.declared_tags),
+        ]:
+            check_resource_id(resource_id, kind, self.queue)
+
+    def _format(self, fmt: str, **extra: str) -> str:
+        return fmt.format(prefix=self.prefix, queue=self.queue, **extra)
+
+    @property
+    def topic_id(self) -> str:
+        return self._format(TOPIC_FORMAT)
+
+    @property
+    def worker_subscription_id(self) -> str:
+        return self._format(WORKER_SUBSCRIPTION_FORMAT)
+
+    def tag_subscription_id(self, tag: str) -> str:
+        return self._format(TAG_SUBSCRIPTION_FORMAT, tag=tag)
+
+    @property
+    def dead_letter_topic_id(self) -> str:
+        return self._format(DEAD_LETTER_TOPIC_FORMAT)
+
+    @property
+    def dead_letter_subscription_id(self) -> str:
+        return self._format(DEAD_LETTER_SUBSCRIPTION_FORMAT)
+
+    @property
+    def worker_filter(self) -> str:
+        return worker_filter(self.declared_tags)
+
+    @property
+    def topic_path(self) -> str:
+        return f"projects/{self.project}/topics/{self.topic_id}"
+
+    def subscription_path(self, subscription_id: str) -> str:
+        return f"projects/{self.project}/subscriptions/{subscription_id}"

@@ -1,0 +1,22 @@
+"""The `pullqueue` command: one group, one subcommand per job (migrate, plan, work, demo, stats).
+
+Built on click so every command has a `--help` a new user can follow; each subcommand lives in
+the module of the feature it drives and is attached here.
+"""
+
+from __future__ import annotations
+
+import click
+
+from pullqueue import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="pullqueue")
+def cli() -> None:
+    """Move App Engine pull queues to Pub/Sub, and run workers on either."""
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()
