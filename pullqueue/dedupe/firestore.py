@@ -1,0 +1,425 @@
+"""The Firestore task-name registry (`firestore://PROJECT[/DATABASE]`): names shared by processes.
+
+One document per queue and name, created with an exists=false precondition so exactly one
+producer wins a name, and turned into a tombstone whose `expire_at` feeds Firestore's TTL policy.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+from google.api_core import exceptions as api_exceptions
+from google.api_core import retry as api_retry
+from google.auth import exceptions as auth_exceptions
+from google.cloud import firestore
+from google.cloud.firestore_v1.base_query import FieldFilter
+from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
+from google.rpc import code_pb2
+
+from pullqueue.dedupe.memory import DEFAULT_TOMBSTONE_SECONDS
+from pullqueue.dedupe.names import LIVE, TOMBSTONE, blocking_error
+from pullqueue.errors import (
+    ConfigurationError,
+    Error,
+    InternalError,
+    InvalidTaskNameError,
+    PermissionDeniedError,
+    TransientError,
+)
+
+COLLECTION = "pullqueue_names"
+DEFAULT_DATABASE = "(default)"
+MAX_WRITES_PER_BATCH = 500
+"""Firestore's limit of writes in one BatchWrite request."""
+MAX_DOCUMENT_ID_BYTES = 1500
+CLAIM_ROUNDS = 5
+"""Create/read/take-over rounds before a name still in flux is reported as TransientError."""
+
+_OK = code_pb2.OK
+_ALREADY_EXISTS = code_pb2.ALREADY_EXISTS
+_TRANSIENT = (
+    api_exceptions.ServiceUnavailable,
+    api_exceptions.DeadlineExceeded,
+    api_exceptions.Aborted,
+    api_exceptions.ResourceExhausted,
+    api_exceptions.InternalServerError,
+    api_exceptions.RetryError,
+    auth_exceptions.TransportError,
+)
+_RETRIED = (
+    api_exceptions.ServiceUnavailable,
+    api_exceptions.Aborted,
+    api_exceptions.ResourceExhausted,
+    api_exceptions.InternalServerError,
+)
+
+T = TypeVar("T")
+
+
+def document_id(queue: str, name: str) -> str:
+    """The document id of `name` in `queue`: readable `QUEUE.NAME` for every legal name.
+
+    Legal queue names are `[a-zA-Z0-9-]` and task names `[a-zA-Z0-9_-]`, so they appear as
+    they are; any other character is percent-encoded (so `.` only ever separates the two and
+    `/` never splits the path), and the id never starts with `__`, which Firestore reserves.
+    """
+    if not queue or not name:
+        raise InvalidTaskNameError("queue and task names must not be empty", queue=queue, task=name)
+    doc_id = f"{quote(queue, safe='-')}.{quote(name, safe='-_')}"
+    if len(doc_id.encode()) > MAX_DOCUMENT_ID_BYTES:
+        raise InvalidTaskNameError(
+            f"the name is too long for a registry document id ({MAX_DOCUMENT_ID_BYTES} bytes);"
+            " task names are at most 500 characters of [a-zA-Z0-9_-]",
+            queue=queue,
+            task=name,
+        )
+    return doc_id
+
+
+def _posix(value: object) -> float | None:
+    if isinstance(value, dt.datetime):
+        return value.timestamp()
+    if isinstance(value, int | float):
+        return float(value)
+    return None
+
+
+def _utc(seconds: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc)
+
+
+class FirestoreNameRegistry:
+    """Task names in a Firestore collection, shared by every producer of a project.
+
+    Adds claim names with one BatchWrite of preconditioned creates (per-document outcomes in
+    one round trip); only names already present cost a read, and expired tombstones are taken
+    over with an update-time precondition, so two producers never both win a name.
+    """
+
+    def __init__(
+        self,
+        project: str,
+        database: str = DEFAULT_DATABASE,
+        *,
+        tombstone_seconds: float = DEFAULT_TOMBSTONE_SECONDS,
+        clock: Callable[[], float] = time.time,
+        timeout: float = 30.0,
+        collection: str = COLLECTION,
+        client: firestore.Client | None = None,
+    ) -> None:
+        if tombstone_seconds <= 0:
+            raise ValueError("tombstone_seconds must be above zero")
+        if timeout <= 0:
+            raise ValueError("timeout must be above zero")
+        self.project = project
+        self.database = database
+        self.url = f"firestore://{project}" + (
+            f"/{database}" if database != DEFAULT_DATABASE else ""
+        )
+        self.tombstone_seconds = float(tombstone_seconds)
+        self.timeout = float(timeout)
+        self._clock = clock
+        try:
+            self._client = client or firestore.Client(project=project, database=database)
+        except auth_exceptions.DefaultCredentialsError as exc:
+            raise ConfigurationError(
+                f"no Google credentials for the task-name registry {self.url}: run `gcloud auth"
+                " application-default login`, set GOOGLE_APPLICATION_CREDENTIALS, or set"
+                " FIRESTORE_EMULATOR_HOST for the emulator"
+            ) from exc
+        self._collection = self._client.collection(collection)
+        self._write_retry = api_retry.Retry(
+            predicate=api_retry.if_exception_type(*_RETRIED),
+            initial=0.1,
+            maximum=2.0,
+            multiplier=1.5,
+            timeout=self.timeout,
+        )
+        self._read_retry = api_retry.Retry(
+            predicate=api_retry.if_exception_type(*_RETRIED, api_exceptions.DeadlineExceeded),
+            initial=0.1,
+            maximum=2.0,
+            multiplier=1.5,
+            timeout=self.timeout,
+        )
+
+    def claim(self, queue: str, names: Sequence[str]) -> list[Error | None]:
+        now = self._clock()
+        token = uuid.uuid4().hex
+        refs = [self._collection.document(document_id(queue, n)) for n in names]
+        outcomes: list[Error | None] = [None] * len(names)
+        first_of: dict[str, int] = {}
+        to_create: list[int] = []
+        for i, ref in enumerate(refs):
+            if ref.id in first_of:
+                outcomes[i] = blocking_error(queue, names[i], LIVE, None, now)
+            else:
+                first_of[ref.id] = i
+                to_create.append(i)
+        live = {
+            "queue": queue,
+            "state": LIVE,
+            "claim": token,
+            "claimed_at": _utc(now),
+        }
+        try:
+            unsettled = self._claim_rounds(queue, names, refs, to_create, live, outcomes, now)
+        except Exception as exc:
+            error = self._translate(
+                exc,
+                queue,
+                "claim task names",
+                "no name was claimed, so nothing was published: back off and retry the add",
+                names,
+            )
+            if error is None:
+                raise
+            self._abandon([refs[i] for i in to_create], token)
+            raise error from exc
+        for i in unsettled:
+            outcomes[i] = TransientError(
+                "the name's registry record kept changing under concurrent adds; retry the add",
+                queue=queue,
+                task=names[i],
+            )
+        return outcomes
+
+    def _claim_rounds(
+        self,
+        queue: str,
+        names: Sequence[str],
+        refs: Sequence[firestore.DocumentReference],
+        to_create: list[int],
+        live: dict[str, Any],
+        outcomes: list[Error | None],
+        now: float,
+    ) -> list[int]:
+        """Create, then inspect and take over, until every name is settled; the unsettled rest."""
+        to_inspect: list[int] = []
+        for _ in range(CLAIM_ROUNDS):
+            next_create: list[int] = []
+            next_inspect: list[int] = []
+            codes = self._commit(
+                lambda batch, i: batch.create(refs[i], {**live, "name": names[i]}), to_create
+            )
+            for i, code in zip(to_create, codes, strict=True):
+                if code == _ALREADY_EXISTS:
+                    to_inspect.append(i)
+                elif code != _OK:
+                    next_create.append(i)
+            snapshots = self._read([refs[i] for i in to_inspect])
+            takeovers: list[tuple[int, Any]] = []
+            for i in to_inspect:
+                snapshot = snapshots.get(refs[i].id)
+                if snapshot is None or not snapshot.exists:
+                    next_create.append(i)
+                    continue
+                data = snapshot.to_dict() or {}
+                if data.get("claim") == live["claim"]:
+                    continue
+                error = blocking_error(
+                    queue, names[i], data.get("state"), _posix(data.get("expire_at")), now
+                )
+                if error is not None:
+                    outcomes[i] = error
+                else:
+                    takeovers.append((i, snapshot.update_time))
+            codes = self._commit(
+                lambda batch, item: batch.update(
+                    refs[item[0]],
+                    {**live, "name": names[item[0]], "expire_at": firestore.DELETE_FIELD},
+                    option=self._client.write_option(last_update_time=item[1]),
+                ),
+                takeovers,
+            )
+            for (i, _), code in zip(takeovers, codes, strict=True):
+                if code != _OK:
+                    next_inspect.append(i)
+            to_create, to_inspect = next_create, next_inspect
+            if not to_create and not to_inspect:
+                return []
+        return to_create + to_inspect
+
+    def release(self, queue: str, names: Sequence[str]) -> None:
+        refs = [self._collection.document(document_id(queue, n)) for n in dict.fromkeys(names)]
+        try:
+            self._delete_live(refs, lambda data: True)
+        except Exception as exc:
+            error = self._translate(
+                exc,
+                queue,
+                "release task names",
+                "the names stay claimed and a re-add reports TaskAlreadyExistsError",
+                names,
+            )
+            if error is None:
+                raise
+            raise error from exc
+
+    def tombstone(self, queue: str, names: Sequence[str]) -> None:
+        now = self._clock()
+        unique = list(dict.fromkeys(names))
+        record = {
+            "queue": queue,
+            "state": TOMBSTONE,
+            "tombstoned_at": _utc(now),
+            "expire_at": _utc(now + self.tombstone_seconds),
+        }
+        pending = list(range(len(unique)))
+        try:
+            for _ in range(CLAIM_ROUNDS):
+                codes = self._commit(
+                    lambda batch, i: batch.set(
+                        self._collection.document(document_id(queue, unique[i])),
+                        {**record, "name": unique[i]},
+                    ),
+                    pending,
+                )
+                pending = [i for i, code in zip(pending, codes, strict=True) if code != _OK]
+                if not pending:
+                    return
+        except Exception as exc:
+            error = self._translate(
+                exc,
+                queue,
+                "tombstone deleted task names",
+                "the tasks are deleted but a re-add of their names reports"
+                " TaskAlreadyExistsError instead of TombstonedTaskError",
+                names,
+            )
+            if error is None:
+                raise
+            raise error from exc
+        raise TransientError(
+            f"{len(pending)} deleted task names could not be tombstoned in {self.url} (first:"
+            f" {unique[pending[0]]!r}); they stay claimed, so a re-add reports"
+            " TaskAlreadyExistsError instead of TombstonedTaskError",
+            queue=queue,
+        )
+
+    def purge(self, queue: str) -> None:
+        query = (
+            self._collection.where(filter=FieldFilter("queue", "==", queue))
+            .where(filter=FieldFilter("state", "==", LIVE))
+            .select(["state"])
+            .order_by("__name__")
+            .limit(MAX_WRITES_PER_BATCH)
+        )
+        try:
+            page = list(query.stream(retry=self._read_retry, timeout=self.timeout))
+            while page:
+                self._commit(
+                    lambda batch, snapshot: batch.delete(
+                        snapshot.reference,
+                        option=self._client.write_option(last_update_time=snapshot.update_time),
+                    ),
+                    page,
+                )
+                page = list(
+                    query.start_after(page[-1]).stream(retry=self._read_retry, timeout=self.timeout)
+                )
+        except Exception as exc:
+            error = self._translate(
+                exc,
+                queue,
+                "forget the purged queue's task names",
+                "the purged names stay claimed: purge again",
+                (),
+            )
+            if error is None:
+                raise
+            raise error from exc
+
+    def close(self) -> None:
+        self._client.close()  # type: ignore[no-untyped-call]
+
+    def _commit(self, fill: Callable[[BulkWriteBatch, T], None], items: Sequence[T]) -> list[int]:
+        """Apply one write per item with BatchWrite (non-atomic); the status code of each."""
+        codes: list[int] = []
+        for start in range(0, len(items), MAX_WRITES_PER_BATCH):
+            batch = BulkWriteBatch(self._client)
+            for item in items[start : start + MAX_WRITES_PER_BATCH]:
+                fill(batch, item)
+            response = batch.commit(retry=self._write_retry, timeout=self.timeout)
+            codes.extend(int(status.code) for status in response.status)
+        return codes
+
+    def _read(self, refs: Sequence[firestore.DocumentReference]) -> dict[str, Any]:
+        """Snapshots by document id (missing documents come back with exists False)."""
+        snapshots: dict[str, Any] = {}
+        for start in range(0, len(refs), MAX_WRITES_PER_BATCH):
+            chunk = list(refs[start : start + MAX_WRITES_PER_BATCH])
+            for snapshot in self._client.get_all(
+                chunk, retry=self._read_retry, timeout=self.timeout
+            ):
+                snapshots[snapshot.id] = snapshot
+        return snapshots
+
+    def _delete_live(
+        self, refs: Sequence[firestore.DocumentReference], mine: Callable[[dict[str, Any]], bool]
+    ) -> None:
+        """Delete the live claims among refs that `mine` accepts, unless they changed since read."""
+        doomed = [
+            snapshot
+            for snapshot in self._read(refs).values()
+            if snapshot.exists
+            and (snapshot.to_dict() or {}).get("state") == LIVE
+            and mine(snapshot.to_dict() or {})
+        ]
+        self._commit(
+            lambda batch, snapshot: batch.delete(
+                snapshot.reference,
+                option=self._client.write_option(last_update_time=snapshot.update_time),
+            ),
+            doomed,
+        )
+
+    def _abandon(self, refs: Iterable[firestore.DocumentReference], token: str) -> None:
+        """After a failed claim, delete the claims it may have made (best effort: it failed)."""
+        try:
+            self._delete_live(list(refs), lambda data: data.get("claim") == token)
+        except Exception:
+            return  # the claim's own error is the one to report
+
+    def _translate(
+        self, exc: Exception, queue: str, action: str, consequence: str, names: Sequence[str]
+    ) -> Error | None:
+        """The pullqueue error for a Firestore failure, or None when it is not one."""
+        cause = exc.cause if isinstance(exc, api_exceptions.RetryError) and exc.cause else exc
+        detail = f"{type(cause).__name__}: {cause}"
+        task = names[0] if len(names) == 1 else None
+        if len(names) > 1:
+            action = f"{action} ({len(names)} names, first {names[0]!r})"
+        if isinstance(exc, _TRANSIENT):
+            return TransientError(
+                f"the task-name registry {self.url} did not answer when asked to {action}"
+                f" ({detail}); {consequence}",
+                queue=queue,
+                task=task,
+            )
+        if isinstance(exc, api_exceptions.PermissionDenied | api_exceptions.Unauthenticated):
+            return PermissionDeniedError(
+                f"the task-name registry {self.url} refused to {action} ({detail}); grant the"
+                " service account roles/datastore.user on the project",
+                queue=queue,
+                task=task,
+            )
+        if isinstance(exc, api_exceptions.NotFound):
+            return ConfigurationError(
+                f"the task-name registry {self.url} does not exist ({detail}); create the"
+                " Firestore database or fix PULLQUEUE_DEDUPE_URL",
+                queue=queue,
+                task=task,
+            )
+        if isinstance(exc, api_exceptions.GoogleAPICallError):
+            return InternalError(
+                f"the task-name registry {self.url} failed to {action} ({detail}); {consequence}",
+                queue=queue,
+                task=task,
+            )
+        return None
