@@ -32,7 +32,8 @@ class Task:
     `eta` (a datetime) and `countdown` (seconds from when the task is added) are exclusive;
     with neither the task is available at once. Fields set by the queue: `name` (chosen by the
     backend when not given), `eta_posix`, `retry_count`, `lease_token`, `queue_name`,
-    `was_added`, `was_deleted`.
+    `was_added`, `was_deleted`. `retry_limit` (legacy `task_retry_limit`) caps how many times
+    the task may be leased; a backend that honours it deletes the task instead of leasing it again.
     """
 
     __slots__ = (
@@ -44,6 +45,7 @@ class Task:
         "payload",
         "queue_name",
         "retry_count",
+        "retry_limit",
         "tag",
         "was_added",
         "was_deleted",
@@ -57,6 +59,7 @@ class Task:
         tag: str | bytes | None = None,
         eta: dt.datetime | None = None,
         countdown: float | None = None,
+        retry_limit: int | None = None,
     ) -> None:
         if isinstance(payload, str):
             payload = payload.encode("utf-8")
@@ -79,7 +82,10 @@ class Task:
         self._eta = eta
         self._countdown = countdown
         self.eta_posix: float | None = eta_to_posix(eta) if eta is not None else None
+        if retry_limit is not None and (not isinstance(retry_limit, int) or retry_limit < 0):
+            raise InvalidTaskError("retry_limit must be a whole number >= 0", task=name)
         self.retry_count: int = 0
+        self.retry_limit: int | None = retry_limit
         self.lease_token: str | None = None
         self.queue_name: str | None = None
         self.was_added: bool = False
@@ -97,13 +103,24 @@ class Task:
         lease_token: str | None = None,
         queue_name: str | None = None,
     ) -> Task:
-        """Rebuild a task as a backend returns it from a lease or a listing."""
-        task = cls(payload, name=name, tag=tag)
+        """Rebuild a task as a backend returns it from a lease or a listing.
+
+        The values come from the backend, already valid, so the constructor's checks are skipped:
+        leasing a thousand tasks should cost a thousand attribute copies, not a thousand checks.
+        """
+        task = cls.__new__(cls)
+        task.payload = payload
+        task.name = name
+        task.tag = tag
+        task._eta = None
+        task._countdown = None
         task.eta_posix = eta_posix
         task.retry_count = retry_count
+        task.retry_limit = None
         task.lease_token = lease_token
         task.queue_name = queue_name
         task.was_added = True
+        task.was_deleted = False
         return task
 
     def resolve_eta(self, now: float) -> float:

@@ -1,0 +1,748 @@
+"""A drop-in for `google.appengine.api.taskqueue` pull queues, running on any pullqueue backend.
+
+A worker changes one import line (`from pullqueue.compat import taskqueue`) and keeps its names,
+signatures, exceptions and constants; every call goes through `pullqueue.Queue`, so the legacy
+limits are checked once and the configured backend (memory, Pub/Sub, legacy queue) does the rest.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import urllib.parse
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar, overload
+
+from pullqueue import limits
+from pullqueue.adapters.base import Backend
+from pullqueue.errors import (
+    BadTaskStateError,
+    BadTransactionStateError,
+    DatastoreError,
+    DuplicateTaskNameError,
+    Error,
+    InternalError,
+    InvalidDeadlineError,
+    InvalidEtaError,
+    InvalidLeaseTimeError,
+    InvalidMaxTasksError,
+    InvalidQueueError,
+    InvalidQueueModeError,
+    InvalidQueueNameError,
+    InvalidTagError,
+    InvalidTaskError,
+    InvalidTaskNameError,
+    InvalidTaskRetryOptionsError,
+    InvalidUrlError,
+    PermissionDeniedError,
+    QueuePausedError,
+    TaskAlreadyExistsError,
+    TaskLeaseExpiredError,
+    TaskTooLargeError,
+    TombstonedTaskError,
+    TooManyTasksError,
+    TransientError,
+    UnknownQueueError,
+)
+from pullqueue.queue import Queue as _CoreQueue
+from pullqueue.queue import validate_deadline, validate_task_name
+from pullqueue.task import USEC
+from pullqueue.task import Task as _CoreTask
+
+
+class TransactionalRequestTooLargeError(TaskTooLargeError):
+    """The tasks of one transactional add are too large together (legacy name only)."""
+
+
+class InvalidDispatchDeadlineError(Error):
+    """A push task's dispatch deadline is invalid (legacy name only: push tasks are not served)."""
+
+
+BadTransactionState = BadTransactionStateError
+
+MAX_QUEUE_NAME_LENGTH = limits.MAX_QUEUE_NAME_LENGTH
+MAX_PULL_TASK_SIZE_BYTES = limits.MAX_PULL_TASK_SIZE_BYTES
+MAX_PUSH_TASK_SIZE_BYTES = 100 * 2**10
+MAX_TASK_NAME_LENGTH = limits.MAX_TASK_NAME_LENGTH
+MAX_TASK_SIZE_BYTES = MAX_PUSH_TASK_SIZE_BYTES
+MAX_TASKS_PER_ADD = limits.MAX_TASKS_PER_ADD
+MAX_TRANSACTIONAL_REQUEST_SIZE_BYTES = 2**20
+MAX_URL_LENGTH = 2083
+MAX_TASKS_PER_LEASE = limits.MAX_TASKS_PER_LEASE
+MAX_TAG_LENGTH = limits.MAX_TAG_LENGTH
+MAX_LEASE_SECONDS = limits.MAX_LEASE_SECONDS
+MAX_DISPATCH_DEADLINE = dt.timedelta(hours=24)
+MIN_DISPATCH_DEADLINE = dt.timedelta(seconds=15)
+
+_DEFAULT_QUEUE = "default"
+_PUSH_METHODS = frozenset(["GET", "POST", "HEAD", "PUT", "DELETE"])
+# What the legacy Task.size adds to a pull task's payload: len("PULL") plus the one header the
+# SDK always sets, "X-AppEngine-Current-Namespace: " with an empty namespace and its separator.
+_LEGACY_SIZE_OVERHEAD = len("PULL") + len("X-AppEngine-Current-Namespace") + len(": \r\n")
+
+
+class _AppVersion:
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+DEFAULT_APP_VERSION = _AppVersion("<DefaultApplicationVersion>")
+
+
+def _push_not_served(method: str) -> InvalidQueueModeError:
+    return InvalidQueueModeError(
+        f"method={method!r} makes a push task; pullqueue.compat.taskqueue serves pull queues only"
+        " (method='PULL'). Keep push tasks on google.appengine.api.taskqueue, or create them with"
+        " Cloud Tasks (google-cloud-tasks: CloudTasksClient.create_task with an App Engine or"
+        " HTTP target)."
+    )
+
+
+class TaskRetryOptions:
+    """Retry options of a task; for pull tasks only `task_retry_limit` has an effect (legacy)."""
+
+    _KWARGS = frozenset(
+        (
+            "min_backoff_seconds",
+            "max_backoff_seconds",
+            "task_age_limit",
+            "max_doublings",
+            "task_retry_limit",
+        )
+    )
+
+    def __init__(self, **kwargs: float | None) -> None:
+        unknown = set(kwargs) - self._KWARGS
+        if unknown:
+            raise TypeError(f"Invalid arguments: {', '.join(sorted(unknown))}")
+        for key in sorted(self._KWARGS):
+            value = kwargs.get(key)
+            if value is not None and value < 0:
+                raise InvalidTaskRetryOptionsError(f"{key} must not be negative, got {value}")
+        low, high = kwargs.get("min_backoff_seconds"), kwargs.get("max_backoff_seconds")
+        if low is not None and high is not None and high < low:
+            raise InvalidTaskRetryOptionsError(
+                "max_backoff_seconds must not be less than min_backoff_seconds"
+            )
+        limit = kwargs.get("task_retry_limit")
+        if limit is not None and not isinstance(limit, int):
+            raise InvalidTaskRetryOptionsError("task_retry_limit must be a whole number")
+        self.min_backoff_seconds = kwargs.get("min_backoff_seconds")
+        self.max_backoff_seconds = kwargs.get("max_backoff_seconds")
+        self.max_doublings = kwargs.get("max_doublings")
+        self.task_retry_limit: int | None = limit
+        age = kwargs.get("task_age_limit")
+        self.task_age_limit = None if age is None else int(-(-age // 1))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{key}={getattr(self, key)!r}" for key in sorted(self._KWARGS))
+        return f"TaskRetryOptions({fields})"
+
+
+class Task(_CoreTask):
+    """A pull task, shaped like the legacy `taskqueue.Task` (method 'PULL' only).
+
+    Fields as in the legacy API: name, payload, tag, eta, eta_posix, retry_count, queue_name,
+    was_enqueued, was_deleted, size, method. The ETA of a task without `eta` is taken from the
+    backend's clock when the task is added.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        payload: bytes | str | None = None,
+        method: str = "PULL",
+        name: str | None = None,
+        tag: str | bytes | None = None,
+        eta: dt.datetime | None = None,
+        countdown: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        unknown = set(kwargs) - {
+            "headers",
+            "params",
+            "retry_options",
+            "target",
+            "url",
+            "dispatch_deadline_usec",
+            "_size_check",
+        }
+        if unknown:
+            raise TypeError(f"Invalid arguments: {', '.join(sorted(unknown))}")
+        method = method.upper()
+        if method in _PUSH_METHODS:
+            raise _push_not_served(method)
+        if method != "PULL":
+            raise InvalidTaskError(f"Invalid method: {method}")
+        if name and not isinstance(name, str):
+            raise InvalidTaskNameError(f"the task name must be a string, not {name!r}")
+        if name:
+            validate_task_name(name)
+        for field in ("url", "headers", "target", "dispatch_deadline_usec"):
+            if kwargs.get(field):
+                raise InvalidTaskError(f"{field} must not be specified for pull tasks", task=name)
+        params = kwargs.get("params")
+        if params:
+            if payload:
+                raise InvalidTaskError(
+                    "Message body and parameters both present for PULL method; only one of these"
+                    " can be supplied",
+                    task=name,
+                )
+            payload = _encode_params(params)
+        if payload is None:
+            raise InvalidTaskError("payload must be specified for pull task", task=name)
+        if not isinstance(payload, str | bytes):
+            raise InvalidTaskError(f"Task payloads must be strings; invalid payload: {payload!r}")
+        if eta is not None and countdown is not None:
+            raise InvalidTaskError("Cannot use a countdown and ETA together", task=name)
+        if eta is not None and not isinstance(eta, dt.datetime):
+            raise InvalidTaskError("ETA must be a datetime.datetime instance", task=name)
+        if countdown is not None:
+            try:
+                countdown = float(countdown)
+            except (TypeError, ValueError) as exc:
+                raise InvalidTaskError("Countdown must be a number", task=name) from exc
+        retry_options = kwargs.get("retry_options")
+        if retry_options is not None and not isinstance(retry_options, TaskRetryOptions):
+            raise InvalidTaskRetryOptionsError("retry_options must be a TaskRetryOptions")
+        retry_limit = retry_options.task_retry_limit if retry_options is not None else None
+        super().__init__(
+            payload,
+            name=name or None,
+            tag=tag,
+            eta=eta,
+            countdown=countdown,
+            retry_limit=retry_limit,
+        )
+        if kwargs.get("_size_check", True):
+            if self.size > MAX_PULL_TASK_SIZE_BYTES:
+                raise TaskTooLargeError(
+                    f"Task size must be less than {MAX_PULL_TASK_SIZE_BYTES}; found {self.size}",
+                    task=self.name,
+                )
+            if self.tag and len(self.tag.encode("utf-8")) > MAX_TAG_LENGTH:
+                raise InvalidTagError(
+                    f"Tag must be <= {MAX_TAG_LENGTH} bytes. "
+                    f"Got a {len(self.tag.encode('utf-8'))} byte tag.",
+                    task=self.name,
+                )
+
+    @property
+    def method(self) -> str:
+        """Always 'PULL'."""
+        return "PULL"
+
+    @property
+    def was_enqueued(self) -> bool:
+        """True once the task has been added to a queue (or was leased from one)."""
+        return self.was_added
+
+    @property
+    def size(self) -> int:
+        """Bytes counted against MAX_PULL_TASK_SIZE_BYTES, computed as the legacy SDK does."""
+        return len(self.payload) + _LEGACY_SIZE_OVERHEAD
+
+    @property
+    def retry_options(self) -> TaskRetryOptions | None:
+        """The retry options the task was created with (only task_retry_limit is kept)."""
+        if self.retry_limit is None:
+            return None
+        return TaskRetryOptions(task_retry_limit=self.retry_limit)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Pull tasks carry no headers."""
+        return {}
+
+    @property
+    def url(self) -> str:
+        """Pull tasks have no URL."""
+        return ""
+
+    @property
+    def on_queue_url(self) -> bool:
+        """Legacy push-task property; True for pull tasks as in the SDK."""
+        return True
+
+    @property
+    def target(self) -> None:
+        """Pull tasks have no target."""
+        return None
+
+    @property
+    def dispatch_deadline_usec(self) -> None:
+        """Pull tasks have no dispatch deadline."""
+        return None
+
+    def extract_params(self) -> dict[str, bytes | list[bytes]]:
+        """The payload decoded as application/x-www-form-urlencoded (ValueError if it is not)."""
+        params: dict[str, list[bytes]] = {}
+        if not self.payload:
+            return {}
+        query = self.payload.decode("utf-8")
+        for key, value in urllib.parse.parse_qsl(
+            query, keep_blank_values=True, strict_parsing=True
+        ):
+            params.setdefault(key, []).append(value.encode("utf-8"))
+        return {key: values[0] if len(values) == 1 else values for key, values in params.items()}
+
+    def add(self, queue_name: str = _DEFAULT_QUEUE, transactional: bool = False) -> Task:
+        """Add this task to the named queue on the process-wide backend."""
+        return Queue(queue_name).add(self, transactional)
+
+    def add_async(
+        self,
+        queue_name: str = _DEFAULT_QUEUE,
+        transactional: bool = False,
+        rpc: RPC[Any] | None = None,
+    ) -> RPC[Task]:
+        """Add this task; the result (or the error) is delivered by rpc.get_result()."""
+        return Queue(queue_name).add_async(self, transactional, rpc)
+
+    def __repr__(self) -> str:
+        fields = {
+            "eta": self.eta,
+            "method": "PULL",
+            "name": self.name,
+            "payload": self.payload,
+            "queue_name": self.queue_name,
+            "retry_options": self.retry_options,
+            "size": self.size,
+            "tag": self.tag,
+            "was_deleted": self.was_deleted,
+            "was_enqueued": self.was_enqueued,
+        }
+        return "Task<" + ", ".join(f"{key}={value!r}" for key, value in fields.items()) + ">"
+
+
+def _encode_params(params: dict[Any, Any]) -> str:
+    pairs: list[tuple[str, str]] = []
+    for key, value in params.items():
+        if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+            pairs.append((_text(key), _text(value)))
+        else:
+            pairs.extend((_text(key), _text(item)) for item in value)
+    return urllib.parse.urlencode(pairs)
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _as_legacy(task: _CoreTask) -> Task:
+    """The legacy-shaped view of a task a backend returned (same object, same fields)."""
+    if type(task) is _CoreTask:
+        # Task adds no slots, so the object is re-labelled in place instead of copied.
+        task.__class__ = Task
+    return task  # type: ignore[return-value]
+
+
+T = TypeVar("T")
+
+
+class RPC(Generic[T]):
+    """A finished call, as `create_rpc()` returns in the legacy API: get_result() returns or raises.
+
+    pullqueue calls complete before the *_async method returns; the object keeps the legacy
+    shape (deadline, callback, wait, check_success, get_result) so asynchronous code runs as is.
+    """
+
+    def __init__(
+        self, deadline: float | None = None, callback: Callable[[], None] | None = None
+    ) -> None:
+        if deadline is not None:
+            validate_deadline(deadline)
+        self.deadline = deadline
+        self.callback = callback
+        self._result: T | None = None
+        self._error: BaseException | None = None
+        self._done = False
+
+    def _finish(self, call: Callable[[], T]) -> RPC[T]:
+        try:
+            self._result = call()
+        except Error as exc:
+            self._error = exc
+        self._done = True
+        return self
+
+    def wait(self) -> None:
+        """Return once the call is done (it always is), running the callback once."""
+        if self.callback is not None:
+            callback, self.callback = self.callback, None
+            callback()
+
+    def check_success(self) -> None:
+        """Raise the call's error, if it failed."""
+        self.wait()
+        if self._error is not None:
+            raise self._error
+
+    def get_result(self) -> T:
+        """The call's result, or its error raised."""
+        self.check_success()
+        if not self._done:
+            raise BadTaskStateError("this RPC was never used for a call")
+        return self._result  # type: ignore[return-value]
+
+
+def create_rpc(
+    deadline: float | None = None, callback: Callable[[], None] | None = None
+) -> RPC[Any]:
+    """An RPC object for the *_async methods (legacy signature)."""
+    return RPC(deadline, callback)
+
+
+class QueueStatistics:
+    """The state of a queue, shaped like the legacy `taskqueue.QueueStatistics`.
+
+    `tasks` and `oldest_eta_usec` (None when the queue is empty) are what the backend reports;
+    `executed_last_minute` counts tasks leased in the last minute where the backend knows it;
+    `in_flight` is the number of tasks under lease; `enforced_rate` is None (pull queues).
+    """
+
+    _ATTRS = (
+        "queue",
+        "tasks",
+        "oldest_eta_usec",
+        "executed_last_minute",
+        "in_flight",
+        "enforced_rate",
+    )
+
+    def __init__(
+        self,
+        queue: Queue,
+        tasks: int,
+        oldest_eta_usec: int | None = None,
+        executed_last_minute: int | None = None,
+        in_flight: int | None = None,
+        enforced_rate: float | None = None,
+    ) -> None:
+        self.queue = queue
+        self.tasks = tasks
+        self.oldest_eta_usec = oldest_eta_usec
+        self.executed_last_minute = executed_last_minute
+        self.in_flight = in_flight
+        self.enforced_rate = enforced_rate
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, QueueStatistics):
+            return NotImplemented
+        return all(getattr(self, a) == getattr(other, a) for a in self._ATTRS)
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, QueueStatistics):
+            return NotImplemented
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            "QueueStatistics(" + ", ".join(f"{a}={getattr(self, a)!r}" for a in self._ATTRS) + ")"
+        )
+
+    @classmethod
+    def fetch(
+        cls, queue_or_queues: Queue | str | Iterable[Queue | str], deadline: float = 10
+    ) -> QueueStatistics | list[QueueStatistics]:
+        """Statistics of one queue (a Queue or a name) or a list of them, in the order asked."""
+        validate_deadline(deadline)
+        if not queue_or_queues:
+            return []
+        return cls.fetch_async(queue_or_queues, create_rpc(deadline)).get_result()
+
+    @classmethod
+    def fetch_async(
+        cls, queue_or_queues: Queue | str | Iterable[Queue | str], rpc: RPC[Any] | None = None
+    ) -> RPC[QueueStatistics | list[QueueStatistics]]:
+        """As fetch(), the result delivered by rpc.get_result()."""
+        if isinstance(queue_or_queues, str | Queue):
+            wants_list, items = False, [queue_or_queues]
+        else:
+            wants_list, items = True, list(queue_or_queues)
+        if any(isinstance(q, str) for q in items) and any(isinstance(q, Queue) for q in items):
+            raise TypeError(
+                "queue_or_queues must contain either strings or queue instances, not both."
+            )
+        queues = [q if isinstance(q, Queue) else Queue(q) for q in items]
+
+        def fetch() -> QueueStatistics | list[QueueStatistics]:
+            stats = [q._statistics() for q in queues]
+            return stats if wants_list else stats[0]
+
+        return (rpc or RPC())._finish(fetch)
+
+
+class Queue:
+    """A pull queue, shaped like the legacy `taskqueue.Queue`, on a pullqueue backend.
+
+    With no backend it uses the process-wide one (`PULLQUEUE_URL`, default memory://).
+    """
+
+    def __init__(self, name: str = _DEFAULT_QUEUE, backend: Backend | None = None) -> None:
+        self._queue = _CoreQueue(name, backend)
+
+    @property
+    def name(self) -> str:
+        """The queue's name."""
+        return self._queue.name
+
+    @property
+    def backend(self) -> Backend:
+        """The backend the queue lives on."""
+        return self._queue.backend
+
+    def __repr__(self) -> str:
+        return f"Queue<name={self.name!r}>"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Queue):
+            return NotImplemented
+        return self.name == other.name and self.backend is other.backend
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    # add
+
+    @overload
+    def add(self, task: _CoreTask, transactional: bool = False) -> Task: ...
+
+    @overload
+    def add(self, task: Iterable[_CoreTask], transactional: bool = False) -> list[Task]: ...
+
+    def add(
+        self, task: _CoreTask | Iterable[_CoreTask], transactional: bool = False
+    ) -> Task | list[Task]:
+        """Add a task or a list of up to 100; returns what was given, names filled in.
+
+        Per-task failures (TaskAlreadyExistsError, TombstonedTaskError) are raised after the
+        other tasks were added; check `was_enqueued` to see which were.
+        """
+        if transactional:
+            raise BadTransactionStateError(
+                "transactional adds need a datastore transaction, which pullqueue does not"
+                " join: add the tasks after the transaction commits",
+                queue=self.name,
+            )
+        if isinstance(task, _CoreTask):
+            return _as_legacy(self._queue.add(task))
+        tasks = list(task)
+        if not tasks:
+            return []
+        added = self._queue.add(tasks)
+        for item in added:
+            _as_legacy(item)
+        return added  # type: ignore[return-value]
+
+    def add_async(
+        self,
+        task: _CoreTask | Iterable[_CoreTask],
+        transactional: bool = False,
+        rpc: RPC[Any] | None = None,
+    ) -> RPC[Any]:
+        """As add(), the result delivered by rpc.get_result()."""
+        return (rpc or RPC())._finish(lambda: self.add(task, transactional))
+
+    # lease
+
+    def lease_tasks(self, lease_seconds: float, max_tasks: int, deadline: float = 10) -> list[Task]:
+        """Lease up to max_tasks available tasks (ETA passed), oldest ETA first."""
+        validate_deadline(deadline, self.name)
+        tasks = self._queue.lease(lease_seconds, max_tasks, deadline=deadline)
+        for task in tasks:
+            _as_legacy(task)
+        return tasks  # type: ignore[return-value]
+
+    def lease_tasks_async(
+        self, lease_seconds: float, max_tasks: int, rpc: RPC[Any] | None = None
+    ) -> RPC[list[Task]]:
+        """As lease_tasks(), the result delivered by rpc.get_result()."""
+        deadline = (rpc.deadline if rpc is not None else None) or 10
+        return (rpc or RPC())._finish(lambda: self.lease_tasks(lease_seconds, max_tasks, deadline))
+
+    def lease_tasks_by_tag(
+        self,
+        lease_seconds: float,
+        max_tasks: int,
+        tag: str | bytes | None = None,
+        deadline: float = 10,
+    ) -> list[Task]:
+        """Lease up to max_tasks available tasks of `tag`, or of the oldest task's tag if None.
+
+        When the oldest available task is untagged, the untagged tasks among the max_tasks
+        oldest are leased (the legacy rule).
+        """
+        validate_deadline(deadline, self.name)
+        if isinstance(tag, bytes):
+            tag = tag.decode("utf-8")
+        tasks = self._queue.lease(
+            lease_seconds, max_tasks, tag=tag or None, group_by_tag=True, deadline=deadline
+        )
+        for task in tasks:
+            _as_legacy(task)
+        return tasks  # type: ignore[return-value]
+
+    def lease_tasks_by_tag_async(
+        self,
+        lease_seconds: float,
+        max_tasks: int,
+        tag: str | bytes | None = None,
+        rpc: RPC[Any] | None = None,
+    ) -> RPC[list[Task]]:
+        """As lease_tasks_by_tag(), the result delivered by rpc.get_result()."""
+        deadline = (rpc.deadline if rpc is not None else None) or 10
+        return (rpc or RPC())._finish(
+            lambda: self.lease_tasks_by_tag(lease_seconds, max_tasks, tag, deadline)
+        )
+
+    def modify_task_lease(self, task: _CoreTask, lease_seconds: float) -> None:
+        """Make the task's lease end lease_seconds from now (0: available again at once).
+
+        Raises TaskLeaseExpiredError when the lease has run out or the task was leased again.
+        """
+        self._queue.modify_lease(task, lease_seconds)
+
+    # delete
+
+    @overload
+    def delete_tasks(self, task: _CoreTask) -> Task: ...
+
+    @overload
+    def delete_tasks(self, task: Iterable[_CoreTask]) -> list[Task]: ...
+
+    def delete_tasks(self, task: _CoreTask | Iterable[_CoreTask]) -> Task | list[Task]:
+        """Delete tasks by name; each gets was_deleted True, or False when it was already gone."""
+        if isinstance(task, _CoreTask):
+            self._queue.delete(task)
+            return _as_legacy(task)
+        tasks = self._queue.delete(task)
+        for item in tasks:
+            _as_legacy(item)
+        return tasks  # type: ignore[return-value]
+
+    def delete_tasks_async(
+        self, task: _CoreTask | Iterable[_CoreTask], rpc: RPC[Any] | None = None
+    ) -> RPC[Any]:
+        """As delete_tasks(), the result delivered by rpc.get_result()."""
+        return (rpc or RPC())._finish(lambda: self.delete_tasks(task))
+
+    @overload
+    def delete_tasks_by_name(self, task_name: str) -> Task: ...  # type: ignore[overload-overlap]
+
+    @overload
+    def delete_tasks_by_name(self, task_name: Iterable[str]) -> list[Task]: ...
+
+    def delete_tasks_by_name(self, task_name: str | Iterable[str]) -> Task | list[Task]:
+        """Delete tasks given by name; returns Task objects with was_deleted set."""
+        if isinstance(task_name, str):
+            return self.delete_tasks(_named(task_name))
+        return self.delete_tasks([_named(name) for name in task_name])
+
+    def delete_tasks_by_name_async(
+        self, task_name: str | Iterable[str], rpc: RPC[Any] | None = None
+    ) -> RPC[Any]:
+        """As delete_tasks_by_name(), the result delivered by rpc.get_result()."""
+        return (rpc or RPC())._finish(lambda: self.delete_tasks_by_name(task_name))
+
+    def purge(self) -> None:
+        """Remove every task from the queue; their names stay tombstoned."""
+        self._queue.purge()
+
+    # statistics
+
+    def fetch_statistics(self, deadline: float = 10) -> QueueStatistics:
+        """The queue's QueueStatistics."""
+        validate_deadline(deadline, self.name)
+        return self._statistics()
+
+    def fetch_statistics_async(self, rpc: RPC[Any] | None = None) -> RPC[Any]:
+        """As fetch_statistics(), the result delivered by rpc.get_result()."""
+        return QueueStatistics.fetch_async(self, rpc)
+
+    def _statistics(self) -> QueueStatistics:
+        stats = self._queue.stats()
+        oldest = None if stats.oldest_eta is None else round(stats.oldest_eta * USEC)
+        return QueueStatistics(
+            self,
+            stats.tasks,
+            oldest_eta_usec=oldest,
+            executed_last_minute=stats.executed_last_minute,
+            in_flight=stats.leased,
+        )
+
+
+def _named(name: str) -> Task:
+    if not isinstance(name, str):
+        raise InvalidTaskNameError(f"a task name must be a string, not {name!r}")
+    task = Task.__new__(Task)
+    _CoreTask.__init__(task, b"", name=validate_task_name(name))
+    return task
+
+
+def add(*args: Any, **kwargs: Any) -> Task:
+    """Create a task from the arguments and add it to `queue_name` (default 'default')."""
+    transactional = kwargs.pop("transactional", False)
+    queue_name = kwargs.pop("queue_name", _DEFAULT_QUEUE)
+    return Task(*args, **kwargs).add(queue_name=queue_name, transactional=transactional)
+
+
+__all__ = [
+    "DEFAULT_APP_VERSION",
+    "MAX_DISPATCH_DEADLINE",
+    "MAX_LEASE_SECONDS",
+    "MAX_PULL_TASK_SIZE_BYTES",
+    "MAX_PUSH_TASK_SIZE_BYTES",
+    "MAX_QUEUE_NAME_LENGTH",
+    "MAX_TAG_LENGTH",
+    "MAX_TASKS_PER_ADD",
+    "MAX_TASKS_PER_LEASE",
+    "MAX_TASK_NAME_LENGTH",
+    "MAX_TASK_SIZE_BYTES",
+    "MAX_TRANSACTIONAL_REQUEST_SIZE_BYTES",
+    "MAX_URL_LENGTH",
+    "MIN_DISPATCH_DEADLINE",
+    "RPC",
+    "BadTaskStateError",
+    "BadTransactionState",
+    "BadTransactionStateError",
+    "DatastoreError",
+    "DuplicateTaskNameError",
+    "Error",
+    "InternalError",
+    "InvalidDeadlineError",
+    "InvalidDispatchDeadlineError",
+    "InvalidEtaError",
+    "InvalidLeaseTimeError",
+    "InvalidMaxTasksError",
+    "InvalidQueueError",
+    "InvalidQueueModeError",
+    "InvalidQueueNameError",
+    "InvalidTagError",
+    "InvalidTaskError",
+    "InvalidTaskNameError",
+    "InvalidTaskRetryOptionsError",
+    "InvalidUrlError",
+    "PermissionDeniedError",
+    "Queue",
+    "QueuePausedError",
+    "QueueStatistics",
+    "Task",
+    "TaskAlreadyExistsError",
+    "TaskLeaseExpiredError",
+    "TaskRetryOptions",
+    "TaskTooLargeError",
+    "TombstonedTaskError",
+    "TooManyTasksError",
+    "TransactionalRequestTooLargeError",
+    "TransientError",
+    "UnknownQueueError",
+    "add",
+    "create_rpc",
+]
