@@ -1,0 +1,379 @@
+"""`Worker`: runs a handler over a queue the way legacy pull-queue workers were told to behave.
+
+It leases batches (by tag, grouped by the oldest task's tag, or any), hands tasks to N handler
+threads, deletes what succeeded, releases what failed, keeps leases alive while handlers run,
+backs off on empty leases and transient errors, stays under the per-queue lease-request rate,
+and on SIGTERM/SIGINT finishes what is running and releases the rest, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queue_module
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+from pullqueue.config import Settings
+from pullqueue.errors import Error, TransientError
+from pullqueue.queue import Queue, validate_lease_seconds, validate_max_tasks
+from pullqueue.ratelimit import RateLimiter, shared_limiter
+from pullqueue.task import Task
+from pullqueue.worker.backoff import Backoff
+from pullqueue.worker.batch import LeasedBatch
+from pullqueue.worker.handler import is_batch_handler
+from pullqueue.worker.keeper import LeaseKeeper
+from pullqueue.worker.logs import log_event
+from pullqueue.worker.stats import WorkerStats
+
+logger = logging.getLogger("pullqueue.worker")
+
+_Item = tuple[LeasedBatch, Task | None]
+"""A unit of handler work: one task, or (None) the whole batch for a batch handler."""
+
+
+class Worker:
+    """Runs `handler` over `queue` until stopped (or, with exit_when_idle, until it is empty).
+
+    handler: `fn(task)` called once per task (return: delete it; raise: release it), or a
+    function marked `@batch_handler` called once per leased batch (see pullqueue.worker.handler).
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        handler: Callable[..., Any],
+        *,
+        batch_size: int = 100,
+        lease_seconds: float = 60.0,
+        tag: str | None = None,
+        group_by_tag: bool = False,
+        concurrency: int = 1,
+        per_batch: bool | None = None,
+        lease_requests_per_second: float | None = None,
+        backoff: Backoff | None = None,
+        exit_when_idle: float | None = None,
+    ) -> None:
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, not {type(handler).__name__}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if tag is not None and group_by_tag:
+            raise ValueError("give a tag or group_by_tag, not both")
+        self.queue = queue
+        self.handler = handler
+        self.batch_size = validate_max_tasks(batch_size, queue.name)
+        self.lease_seconds = validate_lease_seconds(lease_seconds, queue.name)
+        if self.lease_seconds <= 0:
+            raise ValueError("lease_seconds must be above zero for a worker")
+        self.tag = tag
+        self.group_by_tag = group_by_tag
+        self.concurrency = concurrency
+        self.per_batch = is_batch_handler(handler) if per_batch is None else per_batch
+        rate = lease_requests_per_second or Settings().lease_requests_per_second
+        self.limiter: RateLimiter = shared_limiter(f"{queue.backend.url}|{queue.name}", rate)
+        self.backoff = backoff or Backoff()
+        self.exit_when_idle = exit_when_idle
+        self.stats = WorkerStats()
+        self.error: Error | None = None
+        self._stopping = threading.Event()
+        self._aborted = threading.Event()
+        self._work: queue_module.SimpleQueue[_Item | None] = queue_module.SimpleQueue()
+        self._cond = threading.Condition()
+        self._pending = 0
+        self._running = 0
+        self._keeper = LeaseKeeper(queue.backend.now, self.lease_seconds)
+        self._threads: list[threading.Thread] = []
+
+    # -- control -------------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        """True once stop() (or a signal) asked the worker to finish."""
+        return self._stopping.is_set()
+
+    def stop(self) -> None:
+        """Stop leasing; running handlers finish, tasks not yet started are released."""
+        if not self._stopping.is_set():
+            log_event(logger, logging.INFO, "stopping", queue=self.queue.name)
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def abort(self) -> None:
+        """Stop now: release every held task, even those whose handler is still running."""
+        self._aborted.set()
+        self.stop()
+
+    def run(self, *, handle_signals: bool = True) -> WorkerStats:
+        """Work until stop(), a signal, idleness (exit_when_idle) or a fatal queue error.
+
+        On the main thread with handle_signals, the first SIGTERM/SIGINT stops gracefully and a
+        second one aborts. Returns the counters; raises the queue error that stopped it, if any.
+        """
+        with self._signals(handle_signals):
+            self._start()
+            try:
+                self._dispatch()
+            finally:
+                self._finish()
+        log_event(logger, logging.INFO, "stopped", queue=self.queue.name, **self.stats.as_dict())
+        if self.error is not None:
+            raise self.error
+        return self.stats.snapshot()
+
+    @contextmanager
+    def _signals(self, enabled: bool) -> Iterator[None]:
+        if not enabled or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            name = signal.Signals(signum).name
+            if self._stopping.is_set():
+                log_event(logger, logging.WARNING, "abort", queue=self.queue.name, signal=name)
+                self.abort()
+            else:
+                log_event(logger, logging.INFO, "signal", queue=self.queue.name, signal=name)
+                self.stop()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    # -- leasing ---------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        log_event(
+            logger,
+            logging.INFO,
+            "started",
+            queue=self.queue.name,
+            backend=self.queue.backend.url,
+            tag=self.tag,
+            group_by_tag=self.group_by_tag or None,
+            batch=self.batch_size,
+            lease=self.lease_seconds,
+            concurrency=self.concurrency,
+            handler="per_batch" if self.per_batch else "per_task",
+        )
+        self._keeper.start()
+        for index in range(self.concurrency):
+            thread = threading.Thread(
+                target=self._handle_loop, name=f"pullqueue-handler-{index}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    def _idle_capacity(self) -> bool:
+        return self._pending + self._running < self.concurrency
+
+    def _dispatch(self) -> None:
+        idle_since: float | None = None
+        while not self._stopping.is_set():
+            with self._cond:
+                while not self._idle_capacity() and not self._stopping.is_set():
+                    self._cond.wait(0.5)
+            if self._stopping.is_set() or self._stopping.wait(self.limiter.reserve()):
+                return
+            tasks = self._lease()
+            if tasks is None:
+                continue
+            if tasks:
+                idle_since = None
+                self.backoff.reset()
+                self._submit(tasks)
+                continue
+            self.stats.add(empty_leases=1)
+            if self.exit_when_idle is None:
+                self._stopping.wait(self.backoff.next())
+                continue
+            with self._cond:
+                busy = self._pending + self._running > 0
+            now = time.monotonic()
+            if busy:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = now
+            if idle_since is not None and now - idle_since >= self.exit_when_idle:
+                log_event(logger, logging.INFO, "idle", queue=self.queue.name)
+                self.stop()
+                return
+            self._stopping.wait(self.backoff.next())
+
+    def _lease(self) -> list[Task] | None:
+        """One lease call: the tasks, or None after a transient error (already backed off)."""
+        self.stats.add(lease_requests=1)
+        try:
+            return self.queue.lease(
+                self.lease_seconds,
+                self.batch_size,
+                tag=self.tag,
+                group_by_tag=self.group_by_tag,
+            )
+        except TransientError as exc:
+            self.stats.add(transient_errors=1)
+            delay = self.backoff.next()
+            log_event(
+                logger,
+                logging.WARNING,
+                "lease_retry",
+                queue=self.queue.name,
+                error=exc,
+                retry_in=round(delay, 3),
+            )
+            self._stopping.wait(delay)
+            return None
+        except Error as exc:
+            self.error = exc
+            log_event(logger, logging.ERROR, "lease_failed", queue=self.queue.name, error=exc)
+            self.stop()
+            return None
+
+    def _submit(self, tasks: list[Task]) -> None:
+        batch = LeasedBatch(self.queue, tasks, self.stats, logger)
+        retried = sum(1 for t in tasks if t.retry_count > 1)
+        self.stats.add(leased=len(tasks), retried=retried)
+        log_event(
+            logger,
+            logging.INFO,
+            "leased",
+            queue=self.queue.name,
+            tasks=len(tasks),
+            tag=tasks[0].tag if (self.tag or self.group_by_tag) else None,
+            retried=retried or None,
+        )
+        items: list[_Item] = [(batch, None)] if self.per_batch else [(batch, t) for t in tasks]
+        batch.open_items = len(items)
+        self._keeper.track(batch)
+        with self._cond:
+            self._pending += len(items)
+        for item in items:
+            self._work.put(item)
+
+    # -- handling ----------------------------------------------------------------------------
+
+    def _handle_loop(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            with self._cond:
+                self._pending -= 1
+                self._running += 1
+            batch, task = item
+            try:
+                if self._stopping.is_set() or batch.settled:
+                    self._cancel(batch, task)
+                elif task is None:
+                    self._handle_batch(batch)
+                else:
+                    self._handle_task(batch, task)
+            finally:
+                self._close_item(batch)
+                with self._cond:
+                    self._running -= 1
+                    self._cond.notify_all()
+
+    def _handle_task(self, batch: LeasedBatch, task: Task) -> None:
+        try:
+            self.handler(task)
+        except BaseException as exc:
+            self._failed(batch, [task], exc)
+        else:
+            with batch.lock:
+                batch.done.append(task)
+            self.stats.add(processed=1)
+            log_event(logger, logging.DEBUG, "done", queue=self.queue.name, task=task.name)
+
+    def _handle_batch(self, batch: LeasedBatch) -> None:
+        try:
+            done, failed = self._split(batch.tasks, self.handler(list(batch.tasks)))
+        except BaseException as exc:
+            self._failed(batch, batch.tasks, exc)
+            return
+        with batch.lock:
+            batch.done.extend(done)
+            batch.failed.extend(failed)
+        self.stats.add(processed=len(done), failed=len(failed))
+        log_event(
+            logger,
+            logging.INFO if not failed else logging.WARNING,
+            "batch_done",
+            queue=self.queue.name,
+            done=len(done),
+            failed=len(failed) or None,
+        )
+
+    def _split(self, tasks: Sequence[Task], result: object) -> tuple[list[Task], list[Task]]:
+        """(done, not done) from a batch handler's result: None means all done."""
+        if result is None:
+            return list(tasks), []
+        if not isinstance(result, Iterable):
+            raise TypeError(
+                f"batch handler {self.handler!r} returned {type(result).__name__}; return None"
+                " (all done) or the tasks it finished"
+            )
+        names = {t.name for t in result if isinstance(t, Task)}
+        return [t for t in tasks if t.name in names], [t for t in tasks if t.name not in names]
+
+    def _failed(self, batch: LeasedBatch, tasks: Sequence[Task], exc: BaseException) -> None:
+        with batch.lock:
+            batch.failed.extend(tasks)
+        self.stats.add(failed=len(tasks))
+        for task in tasks:
+            log_event(
+                logger,
+                logging.WARNING,
+                "failed",
+                queue=self.queue.name,
+                task=task.name,
+                tag=task.tag,
+                retry_count=task.retry_count,
+                error=f"{type(exc).__name__}: {exc}",
+                next="released for another attempt",
+            )
+
+    def _cancel(self, batch: LeasedBatch, task: Task | None) -> None:
+        """Release, unhandled, the item's task (or whole batch): the worker is stopping."""
+        released = batch.release(batch.tasks if task is None else [task], reason="stopping")
+        self.stats.add(released=released)
+
+    def _close_item(self, batch: LeasedBatch) -> None:
+        with batch.lock:
+            batch.open_items -= 1
+            last = batch.open_items == 0
+        if last:
+            self._keeper.untrack(batch)
+            if not self._aborted.is_set():
+                batch.settle()
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    def _finish(self) -> None:
+        """Let running handlers finish (releasing queued tasks), or release all on abort."""
+        self.stop()
+        for _ in self._threads:
+            self._work.put(None)
+        while any(t.is_alive() for t in self._threads):
+            if self._aborted.is_set():
+                break
+            for thread in self._threads:
+                thread.join(0.1)
+        if self._aborted.is_set():
+            for batch in self._keeper.tracked():
+                self._keeper.untrack(batch)
+                self.stats.add(released=batch.abandon())
+        self._keeper.stop()
+
+
+def run_worker(queue: Queue, handler: Callable[..., Any], **options: Any) -> WorkerStats:
+    """Build a Worker with options and run it until it stops; return its counters."""
+    return Worker(queue, handler, **options).run()
