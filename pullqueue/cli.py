@@ -9,12 +9,18 @@ from __future__ import annotations
 import click
 
 from pullqueue import __version__
+from pullqueue.stats_command import stats
+from pullqueue.worker.command import work
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="pullqueue")
 def cli() -> None:
     """Move App Engine pull queues to Pub/Sub, and run workers on either."""
+
+
+cli.add_command(work)
+cli.add_command(stats)
 
 
 def main() -> None:

@@ -96,6 +96,11 @@ class Worker:
         """True once stop() (or a signal) asked the worker to finish."""
         return self._stopping.is_set()
 
+    @property
+    def aborted(self) -> bool:
+        """True when abort() (or a second signal) cut the worker short."""
+        return self._aborted.is_set()
+
     def stop(self) -> None:
         """Stop leasing; running handlers finish, tasks not yet started are released."""
         if not self._stopping.is_set():

@@ -1,0 +1,157 @@
+"""`pullqueue work QUEUE MODULE:FUNCTION`: run a handler over a queue from the command line.
+
+The command only parses options, loads the handler and connects; `pullqueue.worker.Worker` does
+the work, so a service can embed the same loop in its own process.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from pullqueue.errors import ConfigurationError, Error
+from pullqueue.queue import Queue
+from pullqueue.registry import connect, default_backend
+from pullqueue.worker.backoff import Backoff
+from pullqueue.worker.handler import is_batch_handler, load_handler
+from pullqueue.worker.logs import configure
+from pullqueue.worker.runner import Worker
+
+EXIT_QUEUE_ERROR = 1
+EXIT_ABORTED = 130
+
+
+@click.command(
+    "work",
+    epilog="""\b
+Examples:
+  pullqueue work counters myservice.tasks:count --group-by-tag --batch 100
+  pullqueue work emails mail:send --concurrency 8 --url pubsub://my-project
+  PULLQUEUE_URL=pubsub://my-project pullqueue work counters app:count --exit-when-idle 30
+
+\b
+Exit status: 0 stopped cleanly (SIGTERM/SIGINT, or idle), 1 a queue error stopped
+it (the message says what to fix), 2 bad usage, 130 a second signal cut it short.""",
+)
+@click.argument("queue_name", metavar="QUEUE")
+@click.argument("handler_spec", metavar="MODULE:FUNCTION")
+@click.option("--tag", help="Lease only tasks with this tag.")
+@click.option(
+    "--group-by-tag",
+    is_flag=True,
+    help="Lease batches of one tag: the tag of the oldest available task (lease_tasks_by_tag).",
+)
+@click.option(
+    "--batch",
+    "batch_size",
+    type=click.IntRange(1, 1000),
+    default=100,
+    show_default=True,
+    help="Tasks per lease call (legacy max_tasks, at most 1000).",
+)
+@click.option(
+    "--lease",
+    "lease_seconds",
+    type=click.FloatRange(0, 604800, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Lease seconds; kept alive while the handler runs, so a task is never handed out twice.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1024),
+    default=1,
+    show_default=True,
+    help="Handler calls running at once (threads).",
+)
+@click.option(
+    "--url",
+    help="Backend URL: memory://, pubsub://PROJECT, cloudtasks://PROJECT/LOCATION, appengine://"
+    " [default: env PULLQUEUE_URL, else memory://].",
+)
+@click.option(
+    "--exit-when-idle",
+    type=click.FloatRange(0),
+    metavar="SECONDS",
+    help="Exit once the queue has been empty this long (default: run until signalled).",
+)
+@click.option(
+    "--max-backoff",
+    type=click.FloatRange(0.1),
+    default=10.0,
+    show_default=True,
+    help="Longest wait (seconds) between lease attempts when the queue is empty or failing.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["kv", "json"]),
+    default="kv",
+    show_default=True,
+    help="Log lines as key=value or as JSON objects (to stderr).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Log every task, not only every batch.")
+def work(
+    queue_name: str,
+    handler_spec: str,
+    tag: str | None,
+    group_by_tag: bool,
+    batch_size: int,
+    lease_seconds: float,
+    concurrency: int,
+    url: str | None,
+    exit_when_idle: float | None,
+    max_backoff: float,
+    log_format: str,
+    verbose: bool,
+) -> None:
+    """Run MODULE:FUNCTION over the tasks of pull queue QUEUE.
+
+    FUNCTION is called once per task with a pullqueue.Task (payload, name, tag, retry_count):
+    when it returns the task is deleted, when it raises the task is released for another
+    attempt. A function marked @pullqueue.worker.batch_handler is called once per leased batch
+    with the list of tasks instead. MODULE is imported from the current directory or the
+    installed packages.
+
+    The worker backs off when the queue is empty, stays under the queue's lease-request rate
+    (PULLQUEUE_LEASE_REQUESTS_PER_SECOND, default 10) and, on SIGTERM or Ctrl-C, finishes the
+    tasks being handled and releases the rest before exiting.
+    """
+    if tag is not None and group_by_tag:
+        raise click.UsageError("give --tag TAG or --group-by-tag, not both")
+    try:
+        handler = load_handler(handler_spec)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="MODULE:FUNCTION") from exc
+    configure(log_format, logging.DEBUG if verbose else logging.INFO)
+    try:
+        backend = connect(url) if url else default_backend()
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--url") from exc
+    try:
+        queue = Queue(queue_name, backend)
+    except Error as exc:
+        backend.close()
+        raise click.BadParameter(str(exc), param_hint="QUEUE") from exc
+    try:
+        worker = Worker(
+            queue,
+            handler,
+            batch_size=batch_size,
+            lease_seconds=lease_seconds,
+            tag=tag,
+            group_by_tag=group_by_tag,
+            concurrency=concurrency,
+            per_batch=is_batch_handler(handler),
+            backoff=Backoff(maximum=max_backoff),
+            exit_when_idle=exit_when_idle,
+        )
+        worker.run()
+    except Error as exc:
+        click.echo(f"pullqueue work: {exc}", err=True)
+        sys.exit(EXIT_QUEUE_ERROR)
+    finally:
+        backend.close()
+    if worker.aborted:
+        sys.exit(EXIT_ABORTED)
