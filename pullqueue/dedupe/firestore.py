@@ -7,11 +7,11 @@ producer wins a name, and turned into a tombstone whose `expire_at` feeds Firest
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 from google.api_core import exceptions as api_exceptions
 from google.api_core import retry as api_retry
@@ -60,6 +60,14 @@ _RETRIED = (
 
 T = TypeVar("T")
 
+_QUEUE_UNSAFE = re.compile(r"[^a-zA-Z0-9-]")
+_NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def _escape(text: str, unsafe: re.Pattern[str]) -> str:
+    """Percent-encode (UTF-8) every character `unsafe` matches."""
+    return unsafe.sub(lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), text)
+
 
 def document_id(queue: str, name: str) -> str:
     """The document id of `name` in `queue`: readable `QUEUE.NAME` for every legal name.
@@ -70,7 +78,7 @@ def document_id(queue: str, name: str) -> str:
     """
     if not queue or not name:
         raise InvalidTaskNameError("queue and task names must not be empty", queue=queue, task=name)
-    doc_id = f"{quote(queue, safe='-')}.{quote(name, safe='-_')}"
+    doc_id = f"{_escape(queue, _QUEUE_UNSAFE)}.{_escape(name, _NAME_UNSAFE)}"
     if len(doc_id.encode()) > MAX_DOCUMENT_ID_BYTES:
         raise InvalidTaskNameError(
             f"the name is too long for a registry document id ({MAX_DOCUMENT_ID_BYTES} bytes);"

@@ -1,0 +1,107 @@
+"""The Firestore registry's own promises: the documented document layout, lazy TTL, failures.
+
+Runs on the real Firestore emulator; an unreachable registry is a closed loopback port.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from google.cloud import firestore
+
+from pullqueue.dedupe import connect_registry
+from pullqueue.dedupe.firestore import FirestoreNameRegistry, document_id
+from pullqueue.errors import InvalidTaskNameError, TransientError
+from tests.support.emulators import free_port
+
+from .conftest import TOMBSTONE_SECONDS, FakeClock
+
+
+def _collection(url: str) -> firestore.CollectionReference:
+    name = parse_qs(urlsplit(url).query)["collection"][0]
+    return firestore.Client(project="pullqueue-test").collection(name)
+
+
+def test_documents_follow_the_documented_layout(firestore_url: str, clock: FakeClock) -> None:
+    registry = connect_registry(firestore_url, tombstone_seconds=TOMBSTONE_SECONDS, clock=clock)
+    registry.claim("orders", ["order-17", "order-18"])
+    collection = _collection(firestore_url)
+
+    live = collection.document("orders.order-17").get()
+    assert live.exists
+    data = live.to_dict()
+    assert data is not None
+    assert (data["queue"], data["name"], data["state"]) == ("orders", "order-17", "live")
+    assert "expire_at" not in data
+
+    registry.tombstone("orders", ["order-17"])
+    tomb = collection.document("orders.order-17").get().to_dict()
+    assert tomb is not None
+    assert tomb["state"] == "tombstone"
+    assert isinstance(tomb["expire_at"], dt.datetime)
+    assert tomb["expire_at"].timestamp() == pytest.approx(clock.now + TOMBSTONE_SECONDS, abs=1e-3)
+    registry.close()
+
+
+def test_expired_tombstone_frees_the_name_before_ttl_deletes_it(
+    firestore_url: str, clock: FakeClock
+) -> None:
+    registry = connect_registry(firestore_url, tombstone_seconds=5, clock=clock)
+    registry.claim("orders", ["late"])
+    registry.tombstone("orders", ["late"])
+    clock.advance(6)
+    assert _collection(firestore_url).document("orders.late").get().exists
+    assert registry.claim("orders", ["late"]) == [None]
+    data = _collection(firestore_url).document("orders.late").get().to_dict()
+    assert data is not None and data["state"] == "live" and "expire_at" not in data
+    registry.close()
+
+
+@pytest.mark.parametrize(
+    ("queue", "name", "expected"),
+    [
+        ("q", "task-1_a", "q.task-1_a"),
+        ("q", "a/b", "q.a%2Fb"),
+        ("q", "..", "q.%2E%2E"),
+        ("__q__", "x", "%5F%5Fq%5F%5F.x"),
+        ("q.r", "s", "q%2Er.s"),
+    ],
+)
+def test_document_ids_are_safe_and_unambiguous(queue: str, name: str, expected: str) -> None:
+    assert document_id(queue, name) == expected
+
+
+def test_document_id_refuses_names_firestore_cannot_hold() -> None:
+    with pytest.raises(InvalidTaskNameError) as caught:
+        document_id("q", "/" * 600)
+    assert caught.value.queue == "q"
+    with pytest.raises(InvalidTaskNameError):
+        document_id("q", "")
+
+
+def test_unreachable_registry_is_a_transient_error(
+    firestore_host: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", f"127.0.0.1:{free_port()}")
+    registry = connect_registry("firestore://pullqueue-test?timeout=1.5")
+    started = time.monotonic()
+    with pytest.raises(TransientError) as caught:
+        registry.claim("orders", ["order-1"])
+    assert time.monotonic() - started < 15
+    assert caught.value.queue == "orders" and caught.value.task == "order-1"
+    assert "firestore://pullqueue-test" in str(caught.value)
+    assert "retry" in str(caught.value)
+    with pytest.raises(TransientError):
+        registry.tombstone("orders", ["order-1"])
+    registry.close()
+
+
+def test_url_selects_database_collection_and_timeout(firestore_host: str) -> None:
+    registry = connect_registry("firestore://proj-a/db-b?collection=names&timeout=7")
+    assert isinstance(registry, FirestoreNameRegistry)
+    assert (registry.project, registry.database, registry.timeout) == ("proj-a", "db-b", 7.0)
+    assert registry.url == "firestore://proj-a/db-b"
+    registry.close()
