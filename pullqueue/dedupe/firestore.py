@@ -34,6 +34,8 @@ from pullqueue.errors import (
 
 COLLECTION = "pullqueue_names"
 DEFAULT_DATABASE = "(default)"
+TTL_FIELD = "expire_at"
+"""The tombstone expiry field; terraform/modules/pullqueue/dedupe.tf puts the TTL policy on it."""
 MAX_WRITES_PER_BATCH = 500
 """Firestore's limit of writes in one BatchWrite request."""
 MAX_DOCUMENT_ID_BYTES = 1500
@@ -231,7 +233,7 @@ class FirestoreNameRegistry:
                 if data.get("claim") == live["claim"]:
                     continue
                 error = blocking_error(
-                    queue, names[i], data.get("state"), _posix(data.get("expire_at")), now
+                    queue, names[i], data.get("state"), _posix(data.get(TTL_FIELD)), now
                 )
                 if error is not None:
                     outcomes[i] = error
@@ -240,7 +242,7 @@ class FirestoreNameRegistry:
             codes = self._commit(
                 lambda batch, item: batch.update(
                     refs[item[0]],
-                    {**live, "name": names[item[0]], "expire_at": firestore.DELETE_FIELD},
+                    {**live, "name": names[item[0]], TTL_FIELD: firestore.DELETE_FIELD},
                     option=self._client.write_option(last_update_time=item[1]),
                 ),
                 takeovers,
@@ -276,7 +278,7 @@ class FirestoreNameRegistry:
             "queue": queue,
             "state": TOMBSTONE,
             "tombstoned_at": _utc(now),
-            "expire_at": _utc(now + self.tombstone_seconds),
+            TTL_FIELD: _utc(now + self.tombstone_seconds),
         }
         pending = list(range(len(unique)))
         try:

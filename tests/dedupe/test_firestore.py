@@ -13,7 +13,7 @@ import pytest
 from google.cloud import firestore
 
 from pullqueue.dedupe import connect_registry
-from pullqueue.dedupe.firestore import FirestoreNameRegistry, document_id
+from pullqueue.dedupe.firestore import TTL_FIELD, FirestoreNameRegistry, document_id
 from pullqueue.errors import InvalidTaskNameError, TransientError
 from tests.support.emulators import free_port
 
@@ -41,8 +41,8 @@ def test_documents_follow_the_documented_layout(firestore_url: str, clock: FakeC
     tomb = collection.document("orders.order-17").get().to_dict()
     assert tomb is not None
     assert tomb["state"] == "tombstone"
-    assert isinstance(tomb["expire_at"], dt.datetime)
-    assert tomb["expire_at"].timestamp() == pytest.approx(clock.now + TOMBSTONE_SECONDS, abs=1e-3)
+    assert isinstance(tomb[TTL_FIELD], dt.datetime)
+    assert tomb[TTL_FIELD].timestamp() == pytest.approx(clock.now + TOMBSTONE_SECONDS, abs=1e-3)
     registry.close()
 
 
