@@ -43,6 +43,7 @@ class _QueueState:
     by_eta: SortedList = field(default_factory=SortedList)
     by_tag: dict[str, SortedList] = field(default_factory=dict)
     tombstones: set[str] = field(default_factory=set)
+    recent_leases: list[tuple[int, int]] = field(default_factory=list)
 
     def index(self, entry: _Entry) -> None:
         self.by_eta.add((entry.eta_usec, entry.name))
@@ -155,6 +156,8 @@ class MemoryBackend:
                         ]
             else:
                 names = _available(state.by_eta, now_usec, max_tasks)
+            if names:
+                state.recent_leases.append((now_usec, len(names)))
             expiry = now_usec + to_usec(lease_seconds)
             leased: list[Task] = []
             for name in names:
@@ -223,6 +226,7 @@ class MemoryBackend:
     def purge(self, queue: str) -> None:
         with self._lock:
             state = self._queue(queue)
+            state.tombstones.update(state.by_name)
             state.by_name.clear()
             state.by_eta.clear()
             state.by_tag.clear()
@@ -233,8 +237,14 @@ class MemoryBackend:
             now_usec = to_usec(self._clock())
             oldest = state.by_eta[0][0] / USEC if state.by_eta else None
             leased = sum(1 for _ in self._leased(state, now_usec))
+            minute_ago = now_usec - 60 * USEC
+            executed = sum(n for at, n in state.recent_leases if at > minute_ago)
             return QueueStats(
-                queue=queue, tasks=len(state.by_name), oldest_eta=oldest, leased=leased
+                queue=queue,
+                tasks=len(state.by_name),
+                oldest_eta=oldest,
+                leased=leased,
+                executed_last_minute=executed,
             )
 
     @staticmethod
