@@ -1,0 +1,115 @@
+"""Conformance: a worker written against the legacy taskqueue API runs unchanged on each backend.
+
+The same worker loop (add, lease_tasks_by_tag, modify_task_lease, delete_tasks, statistics) is
+driven through `pullqueue.compat.taskqueue` on every backend, with the legacy exception classes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from pullqueue.compat import taskqueue
+from tests.conformance.harness import Harness
+from tests.conformance.helpers import tick
+
+
+def _queue(harness: Harness) -> taskqueue.Queue:
+    return taskqueue.Queue(harness.new_queue().name, backend=harness.backend)
+
+
+def test_worker_loop(harness: Harness) -> None:
+    queue = _queue(harness)
+    added = queue.add([taskqueue.Task(payload=f"job {i}", tag="batch") for i in range(5)])
+    assert all(isinstance(t, taskqueue.Task) and t.was_enqueued for t in added)
+    assert all(t.queue_name == queue.name and t.method == "PULL" for t in added)
+    tick(harness)
+    leased = queue.lease_tasks_by_tag(600, 10, tag="batch")
+    assert sorted(t.payload for t in leased) == [f"job {i}".encode() for i in range(5)]
+    assert all(isinstance(t, taskqueue.Task) and t.retry_count == 1 for t in leased)
+    assert all(isinstance(t.eta, dt.datetime) and t.eta.tzinfo is not None for t in leased)
+    queue.modify_task_lease(leased[0], 1200)
+    deleted = queue.delete_tasks(leased)
+    assert deleted == leased and all(t.was_deleted for t in leased)
+    assert queue.lease_tasks(600, 10) == []
+
+
+def test_single_task_in_single_task_out(harness: Harness) -> None:
+    queue = _queue(harness)
+    task = taskqueue.Task(payload=b"one", name="single")
+    assert queue.add(task) is task
+    tick(harness)
+    (leased,) = queue.lease_tasks(60, 1)
+    assert queue.delete_tasks(leased) is leased and leased.was_deleted
+    gone = queue.delete_tasks_by_name("single")
+    assert isinstance(gone, taskqueue.Task) and gone.was_deleted is False
+
+
+def test_legacy_exceptions(harness: Harness) -> None:
+    queue = _queue(harness)
+    with pytest.raises(taskqueue.InvalidLeaseTimeError):
+        queue.lease_tasks(taskqueue.MAX_LEASE_SECONDS + 1, 1)
+    with pytest.raises(taskqueue.InvalidMaxTasksError):
+        queue.lease_tasks(60, taskqueue.MAX_TASKS_PER_LEASE + 1)
+    with pytest.raises(taskqueue.InvalidDeadlineError):
+        queue.lease_tasks_by_tag(60, 1, deadline=0)
+    with pytest.raises(taskqueue.TooManyTasksError):
+        queue.add([taskqueue.Task(payload="x") for _ in range(taskqueue.MAX_TASKS_PER_ADD + 1)])
+    with pytest.raises(taskqueue.DuplicateTaskNameError):
+        queue.add([taskqueue.Task(payload="x", name="d"), taskqueue.Task(payload="y", name="d")])
+    with pytest.raises(taskqueue.BadTransactionStateError):
+        queue.add(taskqueue.Task(payload="x"), transactional=True)
+    with pytest.raises(taskqueue.InvalidQueueNameError):
+        taskqueue.Queue("bad_name", backend=harness.backend)
+
+
+@pytest.mark.feature("unique_names", "tombstones")
+def test_names_are_unique_and_tombstoned(harness: Harness) -> None:
+    queue = _queue(harness)
+    queue.add(taskqueue.Task(payload="x", name="named"))
+    with pytest.raises(taskqueue.TaskAlreadyExistsError):
+        queue.add(taskqueue.Task(payload="x", name="named"))
+    tick(harness)
+    queue.delete_tasks(queue.lease_tasks(60, 1))
+    with pytest.raises(taskqueue.TombstonedTaskError):
+        queue.add(taskqueue.Task(payload="x", name="named"))
+
+
+@pytest.mark.feature("lease_token", "lease_expiry")
+def test_modify_after_expiry_is_task_lease_expired(harness: Harness) -> None:
+    queue = _queue(harness)
+    queue.add(taskqueue.Task(payload="x"))
+    tick(harness)
+    (task,) = queue.lease_tasks(harness.short_lease, 1)
+    harness.advance(harness.short_lease * 1.5 + 0.01)
+    with pytest.raises(taskqueue.TaskLeaseExpiredError):
+        queue.modify_task_lease(task, 60)
+
+
+@pytest.mark.feature("stats_exact")
+def test_fetch_statistics_shape(harness: Harness) -> None:
+    queue = _queue(harness)
+    empty = queue.fetch_statistics()
+    assert isinstance(empty, taskqueue.QueueStatistics)
+    assert (empty.queue, empty.tasks, empty.oldest_eta_usec) == (queue, 0, None)
+    task = queue.add(taskqueue.Task(payload="x"))
+    stats = queue.fetch_statistics()
+    assert stats.tasks == 1 and stats.oldest_eta_usec == round(task.eta_posix * 1e6)
+    (fetched,) = taskqueue.QueueStatistics.fetch([queue])
+    assert fetched == stats
+
+
+def test_async_variants(harness: Harness) -> None:
+    queue = _queue(harness)
+    rpc = queue.add_async([taskqueue.Task(payload="a", tag="t"), taskqueue.Task(payload="b")])
+    assert len(rpc.get_result()) == 2
+    tick(harness)
+    leased = queue.lease_tasks_by_tag_async(60, 10, tag="t").get_result()
+    assert [t.payload for t in leased] == [b"a"]
+    rest = queue.lease_tasks_async(60, 10, taskqueue.create_rpc(deadline=5)).get_result()
+    assert [t.payload for t in rest] == [b"b"]
+    done = queue.delete_tasks_async(leased + rest).get_result()
+    assert all(t.was_deleted for t in done)
+    empty = queue.lease_tasks_async(60, 10, taskqueue.create_rpc())
+    assert empty.get_result() == []
