@@ -1,0 +1,82 @@
+"""The `pullqueue plan` command: a legacy queue.yaml in, the Terraform module's variables out.
+
+It prints JSON a root module loads as `*.auto.tfvars.json`, keeps stdout for that JSON alone and
+reports on stderr the push queues it leaves out and every setting that does not carry over.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pullqueue.errors import Error
+from pullqueue.plan import build_plan, parse_tag_options, read_queue_yaml, render
+
+
+@click.command("plan")
+@click.argument(
+    "queue_yaml", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path)
+)
+@click.option("--project", required=True, metavar="ID", help="GCP project of the topics.")
+@click.option(
+    "--tag",
+    "tags",
+    multiple=True,
+    metavar="QUEUE=TAG",
+    help="Declare a tag of a pull queue: it gets its own filtered subscription (repeatable).",
+)
+@click.option(
+    "--prefix",
+    default="",
+    envvar="PULLQUEUE_PUBSUB_PREFIX",
+    show_envvar=True,
+    metavar="P",
+    help="Prefix of every topic and subscription id; workers need the same value.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Write the JSON to this file (e.g. queues.auto.tfvars.json) instead of stdout.",
+)
+def plan(
+    queue_yaml: Path, project: str, tags: tuple[str, ...], prefix: str, out: Path | None
+) -> None:
+    """Print the Terraform variables for every pull queue of QUEUE_YAML.
+
+    The JSON sets project_id, prefix and queues of the module in terraform/modules/pullqueue;
+    save it as *.auto.tfvars.json beside the root module (terraform/examples/basic shows one).
+    """
+    try:
+        text = queue_yaml.read_text(encoding="utf-8")
+        result = build_plan(
+            read_queue_yaml(text, source=str(queue_yaml)),
+            project=project,
+            prefix=prefix,
+            declared_tags=parse_tag_options(tags),
+        )
+    except (Error, UnicodeDecodeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+    if result.push_queues:
+        click.echo(
+            "not handled: push queues "
+            + ", ".join(result.push_queues)
+            + " (pullqueue moves pull queues; push queues stay on Cloud Tasks)",
+            err=True,
+        )
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+
+    text = render(result)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    out.write_text(text, encoding="utf-8")
+    count = len(result.variables["queues"])
+    click.echo(f"wrote {out} ({count} pull queue{'s' if count != 1 else ''})", err=True)
+    if not (out.name.endswith(".auto.tfvars.json") or out.name == "terraform.tfvars.json"):
+        click.echo(
+            f"note: Terraform loads *.auto.tfvars.json files on its own; pass {out} with -var-file",
+            err=True,
+        )

@@ -1,0 +1,64 @@
+# Least-privilege IAM, every grant on one resource and additive (iam_member): the publisher may
+# publish to the queues' topics, the workers may pull from their subscriptions, and the Pub/Sub
+# service agent gets exactly what dead-lettering and CMEK need.
+
+resource "google_pubsub_topic_iam_member" "publisher" {
+  for_each = local.layout
+
+  project = var.project_id
+  topic   = google_pubsub_topic.queue[each.key].name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${var.publisher_service_account}"
+}
+
+resource "google_pubsub_subscription_iam_member" "worker" {
+  for_each = local.pull_subscriptions
+
+  project      = var.project_id
+  subscription = google_pubsub_subscription.pull[each.key].name
+  role         = "roles/pubsub.subscriber"
+  member       = "serviceAccount:${var.worker_service_account}"
+}
+
+# Dead-lettering: the service agent publishes to the dead-letter topic and acks the message on
+# the source subscription.
+resource "google_pubsub_topic_iam_member" "dead_letter_publisher" {
+  for_each = local.layout
+
+  project = var.project_id
+  topic   = google_pubsub_topic.dead_letter[each.key].name
+  role    = "roles/pubsub.publisher"
+  member  = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "dead_letter_source" {
+  for_each = local.pull_subscriptions
+
+  project      = var.project_id
+  subscription = google_pubsub_subscription.pull[each.key].name
+  role         = "roles/pubsub.subscriber"
+  member       = local.pubsub_service_agent
+}
+
+resource "google_pubsub_subscription_iam_member" "dead_letter_reader" {
+  for_each = {
+    for pair in setproduct(keys(local.layout), var.dead_letter_readers) : "${pair[0]}/${pair[1]}" => {
+      queue  = pair[0]
+      member = pair[1]
+    }
+  }
+
+  project      = var.project_id
+  subscription = google_pubsub_subscription.dead_letter[each.value.queue].name
+  role         = "roles/pubsub.subscriber"
+  member       = each.value.member
+}
+
+# CMEK: the service agent encrypts and decrypts the topics' messages with the key.
+resource "google_kms_crypto_key_iam_member" "pubsub_service_agent" {
+  count = var.kms_key_name == null ? 0 : 1
+
+  crypto_key_id = var.kms_key_name
+  role          = "roles/cloudkms.cryptoKeyEncrypterDecrypter"
+  member        = local.pubsub_service_agent
+}

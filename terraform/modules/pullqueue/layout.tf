@@ -1,0 +1,83 @@
+# The Pub/Sub ids and filters of every queue: the HCL twin of pullqueue/adapters/pubsub_layout.py,
+# which the adapter reads. tests/test_terraform_layout.py evaluates this file with Terraform and
+# checks every id and filter against QueueLayout, so keep the two in step.
+#
+# This file holds only locals and a built-in terraform_data check (no provider), so the test can
+# run it alone.
+
+locals {
+  # Declared tags, distinct and sorted: worker_filter() in Python sorts them the same way.
+  declared_tags = { for name, queue in var.queues : name => sort(distinct(queue.declared_tags)) }
+
+  layout = {
+    for name, tags in local.declared_tags : name => {
+      topic_id                    = format("%s%s", var.prefix, name)             # TOPIC_FORMAT
+      worker_subscription_id      = format("%s%s-workers", var.prefix, name)     # WORKER_SUBSCRIPTION_FORMAT
+      dead_letter_topic_id        = format("%s%s-dead-letter", var.prefix, name) # DEAD_LETTER_TOPIC_FORMAT
+      dead_letter_subscription_id = format("%s%s-dead-letter", var.prefix, name) # DEAD_LETTER_SUBSCRIPTION_FORMAT
+      tag_subscription_ids = {
+        for tag in tags : tag => format("%s%s-tag-%s", var.prefix, name, tag) # TAG_SUBSCRIPTION_FORMAT
+      }
+      tag_filters = {
+        for tag in tags : tag => format("attributes.tag = \"%s\"", tag) # tag_filter()
+      }
+      # worker_filter(): every task except those of declared tags; "" when none is declared.
+      worker_filter = (
+        length(tags) == 0 ? "" :
+        length(tags) == 1 ? format("NOT attributes:tag OR attributes.tag != \"%s\"", tags[0]) :
+        format("NOT attributes:tag OR (%s)", join(" AND ", [for tag in tags : format("attributes.tag != \"%s\"", tag)]))
+      )
+    }
+  }
+
+  # Every subscription workers pull from (the worker one and one per declared tag), keyed
+  # "<queue>/workers" and "<queue>/tag/<tag>". They share one definition in main.tf.
+  pull_subscriptions = merge(
+    {
+      for name, queue in local.layout : "${name}/workers" => {
+        queue  = name
+        id     = queue.worker_subscription_id
+        filter = queue.worker_filter
+      }
+    },
+    merge([
+      for name, queue in local.layout : {
+        for tag, id in queue.tag_subscription_ids : "${name}/tag/${tag}" => {
+          queue  = name
+          id     = id
+          filter = queue.tag_filters[tag]
+        }
+      }
+    ]...)
+  )
+
+  # The environment a worker needs to find these resources (pullqueue.config.Settings).
+  worker_environment = {
+    PULLQUEUE_URL                  = "pubsub://${var.project_id}"
+    PULLQUEUE_PUBSUB_PREFIX        = var.prefix
+    PULLQUEUE_PUBSUB_DECLARED_TAGS = jsonencode({ for name, tags in local.declared_tags : name => tags if length(tags) > 0 })
+  }
+
+  all_topic_ids        = flatten([for queue in values(local.layout) : [queue.topic_id, queue.dead_letter_topic_id]])
+  all_subscription_ids = concat([for sub in values(local.pull_subscriptions) : sub.id], [for queue in values(local.layout) : queue.dead_letter_subscription_id])
+}
+
+# Checks that need the computed ids (a variable validation cannot read locals built from itself).
+resource "terraform_data" "layout_checks" {
+  input = local.all_topic_ids
+
+  lifecycle {
+    precondition {
+      condition     = alltrue([for sub in values(local.pull_subscriptions) : length(sub.filter) <= 256])
+      error_message = "Pub/Sub filters are at most 256 bytes; too many declared tags on: ${join(", ", distinct([for sub in values(local.pull_subscriptions) : sub.queue if length(sub.filter) > 256]))}. Declare fewer tags (undeclared tags are served by the worker subscription)."
+    }
+    precondition {
+      condition     = length(distinct(local.all_topic_ids)) == length(local.all_topic_ids)
+      error_message = "Two queues map to the same topic id (a queue named like another queue's dead-letter topic, <queue>-dead-letter): ${join(", ", [for id in distinct(local.all_topic_ids) : id if length([for other in local.all_topic_ids : other if other == id]) > 1])}. Rename one queue."
+    }
+    precondition {
+      condition     = length(distinct(local.all_subscription_ids)) == length(local.all_subscription_ids)
+      error_message = "Two subscriptions get the same id (queue names overlap with another queue's -workers, -tag-<tag> or -dead-letter suffix): ${join(", ", [for id in distinct(local.all_subscription_ids) : id if length([for other in local.all_subscription_ids : other if other == id]) > 1])}. Rename a queue or a declared tag."
+    }
+  }
+}

@@ -1,0 +1,95 @@
+# Per pull queue: the topic producers publish to, the subscriptions workers pull from (one
+# filtered subscription per declared tag, one worker subscription for every other task), and a
+# dead-letter topic with its subscription. Ids and filters come from layout.tf; IAM is in iam.tf.
+
+data "google_project" "this" {
+  count      = var.project_number == null ? 1 : 0
+  project_id = var.project_id
+}
+
+locals {
+  project_number       = var.project_number != null ? var.project_number : data.google_project.this[0].number
+  pubsub_service_agent = "serviceAccount:service-${local.project_number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+
+  # Label values are lowercase and at most 63 characters; queue names may be neither.
+  queue_labels = {
+    for name in keys(var.queues) : name => merge(
+      var.labels,
+      var.queues[name].labels,
+      { "managed-by" = "pullqueue", "pullqueue-queue" = substr(lower(name), 0, 63) },
+    )
+  }
+}
+
+resource "google_pubsub_topic" "queue" {
+  for_each = local.layout
+
+  project      = var.project_id
+  name         = each.value.topic_id
+  labels       = local.queue_labels[each.key]
+  kms_key_name = var.kms_key_name
+
+  depends_on = [google_kms_crypto_key_iam_member.pubsub_service_agent, terraform_data.layout_checks]
+}
+
+resource "google_pubsub_topic" "dead_letter" {
+  for_each = local.layout
+
+  project      = var.project_id
+  name         = each.value.dead_letter_topic_id
+  labels       = local.queue_labels[each.key]
+  kms_key_name = var.kms_key_name
+
+  depends_on = [google_kms_crypto_key_iam_member.pubsub_service_agent, terraform_data.layout_checks]
+}
+
+# Where tasks go after max_delivery_attempts leases: kept for the retention period, never lost.
+resource "google_pubsub_subscription" "dead_letter" {
+  for_each = local.layout
+
+  project                    = var.project_id
+  name                       = each.value.dead_letter_subscription_id
+  topic                      = google_pubsub_topic.dead_letter[each.key].id
+  labels                     = local.queue_labels[each.key]
+  ack_deadline_seconds       = 600
+  message_retention_duration = var.queues[each.key].message_retention_duration
+  retain_acked_messages      = false
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+# The subscriptions the adapter leases from. A changed filter (declaring or undeclaring a tag)
+# replaces the subscription and drops the messages waiting in it: drain the queue first.
+resource "google_pubsub_subscription" "pull" {
+  for_each = local.pull_subscriptions
+
+  project                      = var.project_id
+  name                         = each.value.id
+  topic                        = google_pubsub_topic.queue[each.value.queue].id
+  filter                       = each.value.filter == "" ? null : each.value.filter
+  labels                       = local.queue_labels[each.value.queue]
+  ack_deadline_seconds         = var.queues[each.value.queue].ack_deadline_seconds
+  enable_exactly_once_delivery = true
+  enable_message_ordering      = false
+  message_retention_duration   = var.queues[each.value.queue].message_retention_duration
+  retain_acked_messages        = false
+
+  expiration_policy {
+    ttl = ""
+  }
+
+  retry_policy {
+    minimum_backoff = var.queues[each.value.queue].minimum_backoff
+    maximum_backoff = var.queues[each.value.queue].maximum_backoff
+  }
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.dead_letter[each.value.queue].id
+    max_delivery_attempts = var.queues[each.value.queue].max_delivery_attempts
+  }
+
+  # Without these grants Pub/Sub cannot move a message to the dead-letter topic.
+  depends_on = [google_pubsub_topic_iam_member.dead_letter_publisher]
+}
