@@ -27,7 +27,52 @@ class Settings(BaseSettings):
         description="Tags with their own filtered subscription, per queue (JSON object).",
     )
     pubsub_keeper_period: float = Field(
-        60.0, gt=0, description="Seconds between lease-keeper passes that extend ack deadlines."
+        15.0, gt=0, description="Seconds between lease-keeper passes that extend ack deadlines."
+    )
+    pubsub_lease_window: float = Field(
+        60.0,
+        gt=0,
+        le=600,
+        description="Ack deadline (s) a lease over 600 s gets at a time, renewed by the keeper:"
+        " a killed worker's long-leased tasks come back within it. Over 2x the keeper period.",
+    )
+    pubsub_hold_seconds: float = Field(
+        5.0,
+        ge=0,
+        description="How long tasks pulled for no one (other tags) wait for this process's next"
+        " lease before they are released.",
+    )
+    pubsub_hold_max: int = Field(
+        1000, ge=0, description="Most tasks held that way per queue (bounds a tag scan)."
+    )
+    pubsub_pull_wait: float = Field(
+        1.0, gt=0, description="Seconds a lease waits on an empty subscription before answering."
+    )
+    pubsub_max_deferral: int = Field(
+        600,
+        ge=1,
+        le=600,
+        description="Longest ack deadline (s) used to hide a task until its ETA; one delivery"
+        " attempt per deferral.",
+    )
+    pubsub_rpc_timeout: float = Field(
+        10.0, gt=0, description="Seconds one Pub/Sub call may take, retries included."
+    )
+    pubsub_ack_deadline: int = Field(
+        60, ge=10, le=600, description="auto_create: the subscriptions' ack deadline (s)."
+    )
+    pubsub_max_delivery_attempts: int = Field(
+        100,
+        ge=5,
+        le=100,
+        description="auto_create, and when a subscription cannot be read: deliveries before a"
+        " task goes to the dead-letter topic.",
+    )
+    pubsub_retention_seconds: int = Field(
+        31 * 24 * 3600,
+        ge=600,
+        le=31 * 24 * 3600,
+        description="auto_create, and when a subscription cannot be read: message retention.",
     )
     cloudtasks_transport: str = Field("grpc", description="Cloud Tasks transport: grpc or rest.")
     lease_requests_per_second: float = Field(

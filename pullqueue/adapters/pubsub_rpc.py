@@ -1,0 +1,204 @@
+"""The Pub/Sub calls the adapter makes, each bounded in time and mapped to pullqueue's errors.
+
+One place owns the Google clients (honouring PUBSUB_EMULATOR_HOST exactly as they do), retries
+only what is safe to retry, and turns exactly-once per-ack-id failures into a set of stale ids.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from google.api_core import exceptions as gexc
+from google.auth.credentials import AnonymousCredentials
+from google.protobuf import timestamp_pb2
+from google.pubsub_v1 import PublisherClient, SubscriberClient
+from google.pubsub_v1.types import pubsub as pubsub_types
+
+from pullqueue.adapters.pubsub_errors import (
+    TRANSIENT_ACK_PREFIX,
+    exactly_once_failures,
+    translate,
+)
+
+T = TypeVar("T")
+
+ACK_IDS_PER_REQUEST = 1000
+"""Ack ids per acknowledge/modifyAckDeadline request (well under the 512 KiB request limit)."""
+MAX_ACK_DEADLINE = 600
+"""Pub/Sub's longest ack deadline, in seconds."""
+
+_RETRIABLE = (gexc.ServiceUnavailable,)
+"""Retried inside a call: the connection failed, so the request did not take effect."""
+
+
+def emulator_host() -> str | None:
+    """The emulator the Google clients will use (PUBSUB_EMULATOR_HOST), or None."""
+    return os.environ.get("PUBSUB_EMULATOR_HOST") or None
+
+
+class PubSubRpc:
+    """Publisher and subscriber clients for one project, with bounded, error-mapped calls."""
+
+    def __init__(self, project: str, timeout: float) -> None:
+        self.project = project
+        self.timeout = timeout
+        # The Google clients read PUBSUB_EMULATOR_HOST themselves (an insecure channel to it);
+        # like google.cloud.pubsub_v1's clients, ask for no credentials then.
+        credentials = AnonymousCredentials() if emulator_host() else None  # type: ignore[no-untyped-call]
+        self.publisher = PublisherClient(credentials=credentials)
+        self.subscriber = SubscriberClient(credentials=credentials)
+
+    def topic_path(self, topic_id: str) -> str:
+        return f"projects/{self.project}/topics/{topic_id}"
+
+    def subscription_path(self, subscription_id: str) -> str:
+        return f"projects/{self.project}/subscriptions/{subscription_id}"
+
+    def call(
+        self,
+        fn: Callable[[float], T],
+        *,
+        queue: str,
+        resource: str,
+        budget: float | None = None,
+        attempt_timeout: float | None = None,
+    ) -> T:
+        """fn(timeout) retried on UNAVAILABLE within budget seconds; failures become Errors."""
+        end = time.monotonic() + (self.timeout if budget is None else budget)
+        delay = 0.05
+        while True:
+            remaining = max(end - time.monotonic(), 0.05)
+            try:
+                return fn(min(remaining, attempt_timeout or remaining))
+            except _RETRIABLE as exc:
+                if time.monotonic() + delay >= end:
+                    raise translate(exc, queue=queue, resource=resource) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            except (gexc.GoogleAPIError, gexc.RetryError) as exc:
+                raise translate(exc, queue=queue, resource=resource) from exc
+
+    def publish(self, topic: str, messages: Sequence[object], *, queue: str) -> list[str]:
+        """Publish raw PubsubMessage protobufs in one request; their message ids."""
+        request = pubsub_types.PublishRequest.pb()(topic=topic, messages=messages)
+
+        def send(timeout: float) -> list[str]:
+            response = self.publisher.publish(request=request, retry=None, timeout=timeout)
+            return list(pubsub_types.PublishResponse.pb(response).message_ids)
+
+        return self.call(send, queue=queue, resource=topic)
+
+    def pull(
+        self, subscription: str, max_messages: int, *, queue: str, wait: float, budget: float
+    ) -> list[Any]:
+        """Up to max_messages ReceivedMessage protobufs, waiting at most `wait` s for the first.
+
+        A pull that finds nothing within `wait` is an empty answer, not an error.
+        """
+        request = pubsub_types.PullRequest(subscription=subscription, max_messages=max_messages)
+
+        def pull(timeout: float) -> list[Any]:
+            try:
+                response = self.subscriber.pull(request=request, retry=None, timeout=timeout)
+            except gexc.DeadlineExceeded:
+                return []
+            return list(pubsub_types.PullResponse.pb(response).received_messages)
+
+        return self.call(
+            pull, queue=queue, resource=subscription, budget=budget, attempt_timeout=wait
+        )
+
+    def modify(
+        self, subscription: str, ack_ids: Iterable[str], seconds: int, *, queue: str
+    ) -> set[str]:
+        """Set the ack deadline of ack_ids to seconds (0..600); the ids that are no longer ours."""
+
+        def send(ids: list[str], timeout: float) -> None:
+            self.subscriber.modify_ack_deadline(
+                request={
+                    "subscription": subscription,
+                    "ack_ids": ids,
+                    "ack_deadline_seconds": seconds,
+                },
+                retry=None,
+                timeout=timeout,
+            )
+
+        return self._settle(subscription, list(ack_ids), send, queue=queue)
+
+    def ack(self, subscription: str, ack_ids: Iterable[str], *, queue: str) -> set[str]:
+        """Acknowledge ack_ids; the ids Pub/Sub refused (their lease had ended)."""
+
+        def send(ids: list[str], timeout: float) -> None:
+            self.subscriber.acknowledge(
+                request={"subscription": subscription, "ack_ids": ids},
+                retry=None,
+                timeout=timeout,
+            )
+
+        return self._settle(subscription, list(ack_ids), send, queue=queue)
+
+    def _settle(
+        self,
+        subscription: str,
+        ack_ids: list[str],
+        send: Callable[[list[str], float], None],
+        *,
+        queue: str,
+    ) -> set[str]:
+        """Send ack ids in chunks; retry transient per-id failures; return the permanent ones."""
+        stale: set[str] = set()
+        end = time.monotonic() + self.timeout
+        for start in range(0, len(ack_ids), ACK_IDS_PER_REQUEST):
+            pending = ack_ids[start : start + ACK_IDS_PER_REQUEST]
+            delay = 0.05
+            while pending:
+
+                def attempt(timeout: float, ids: list[str] = pending) -> Mapping[str, str]:
+                    try:
+                        send(ids, timeout)
+                    except gexc.InvalidArgument as exc:
+                        failures = exactly_once_failures(exc)
+                        if failures is None:
+                            raise
+                        return failures
+                    return {}
+
+                failures = self.call(
+                    attempt,
+                    queue=queue,
+                    resource=subscription,
+                    budget=max(end - time.monotonic(), 0.05),
+                )
+                retry = [i for i in pending if failures.get(i, "").startswith(TRANSIENT_ACK_PREFIX)]
+                stale.update(i for i in pending if i in failures and i not in retry)
+                if retry and time.monotonic() + delay >= end:
+                    stale.update(retry)
+                    retry = []
+                if retry:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                pending = retry
+        return stale
+
+    def seek(self, subscription: str, when: float, *, queue: str) -> None:
+        """Mark every message published before `when` (POSIX seconds) acknowledged."""
+        stamp = timestamp_pb2.Timestamp()
+        stamp.FromNanoseconds(int(when * 1e9))
+        self.call(
+            lambda timeout: self.subscriber.seek(
+                request={"subscription": subscription, "time": stamp},
+                retry=None,
+                timeout=timeout,
+            ),
+            queue=queue,
+            resource=subscription,
+        )
+
+    def close(self) -> None:
+        """Close both clients' channels."""
+        self.publisher.transport.close()  # type: ignore[no-untyped-call]
+        self.subscriber.transport.close()  # type: ignore[no-untyped-call]

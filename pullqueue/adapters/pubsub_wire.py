@@ -1,0 +1,142 @@
+"""The Pub/Sub wire format of a task, and the rule deciding which subscription serves a message.
+
+Workers in other languages share a topic with pullqueue, so the format is small and stable
+(data = payload; attributes task_name, tag, eta, retry_limit) and documented in docs/pubsub.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import uuid
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from google.pubsub_v1.types import pubsub as pubsub_types
+
+from pullqueue.adapters.pubsub_layout import ATTR_ETA, ATTR_TAG, ATTR_TASK_NAME
+from pullqueue.task import Task
+
+ATTR_RETRY_LIMIT = "retry_limit"
+"""Optional attribute: the legacy task_retry_limit (absent when the task has none)."""
+
+PubsubMessagePb = pubsub_types.PubsubMessage.pb()
+"""The raw protobuf class of a Pub/Sub message (no proto-plus wrapping on the hot path)."""
+
+_RFC3339_RE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+    r"(?:([Zz])|([+-])(\d{2}):(\d{2}))$"
+)
+
+
+def format_eta(posix: float) -> str:
+    """POSIX seconds as RFC 3339 UTC with microseconds, e.g. 2024-05-01T12:00:00.250000Z."""
+    moment = dt.datetime.fromtimestamp(posix, tz=dt.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_eta(text: str) -> float | None:
+    """RFC 3339 (any offset, up to nanoseconds) as POSIX seconds; None when not RFC 3339."""
+    match = _RFC3339_RE.match(text.strip())
+    if match is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    fraction = match.group(7) or "0"
+    try:
+        moment = dt.datetime(year, month, day, hour, minute, second, tzinfo=dt.timezone.utc)
+    except ValueError:
+        return None
+    posix: float = moment.timestamp() + int(fraction) / 10 ** len(fraction)
+    if match.group(9):
+        sign = 1 if match.group(9) == "+" else -1
+        posix -= sign * (int(match.group(10)) * 3600 + int(match.group(11)) * 60)
+    return posix
+
+
+def new_task_name() -> str:
+    """A name for a task added without one: unique without asking anyone."""
+    return uuid.uuid4().hex
+
+
+def encode(task: Task, name: str, eta: float, now: float) -> object:
+    """The message for a task: payload as data, name and (when set) tag, ETA and retry limit."""
+    attributes = {ATTR_TASK_NAME: name}
+    if task.tag is not None:
+        attributes[ATTR_TAG] = task.tag
+    if eta > now:
+        attributes[ATTR_ETA] = format_eta(eta)
+    if task.retry_limit is not None:
+        attributes[ATTR_RETRY_LIMIT] = str(task.retry_limit)
+    message: object = PubsubMessagePb(data=task.payload, attributes=attributes)
+    return message
+
+
+@dataclass(frozen=True)
+class SubscriptionRule:
+    """Which messages a subscription serves: the Python twin of its Pub/Sub filter.
+
+    Real Pub/Sub applies the filter itself; emulators that ignore filters deliver every message
+    to every subscription, and the copy a subscription should not have is dropped (acked).
+    """
+
+    tag: str | None
+    """The declared tag of a tag subscription; None for the worker subscription."""
+    declared: Collection[str] = ()
+    """Every declared tag of the queue (excluded from the worker subscription)."""
+
+    def serves(self, attributes: Mapping[str, str]) -> bool:
+        tag = attributes.get(ATTR_TAG)
+        if self.tag is not None:
+            return tag == self.tag
+        return tag is None or tag not in self.declared
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One delivery of one message on one subscription: what a pull returns, decoded."""
+
+    subscription: str
+    ack_id: str
+    message_id: str
+    name: str
+    payload: bytes
+    tag: str | None
+    eta: float | None
+    """The ETA attribute (None when absent or not RFC 3339)."""
+    published: float
+    attempt: int
+    """Pub/Sub's delivery_attempt (1 on first delivery; 0 without a dead-letter policy)."""
+    retry_limit: int | None
+    attributes: Mapping[str, str]
+
+    @property
+    def order(self) -> float:
+        """The sort key of 'oldest first': the ETA when set, else the publish time."""
+        return self.eta if self.eta is not None else self.published
+
+
+def decode(subscription: str, received: object) -> Delivery:
+    """A ReceivedMessage protobuf as a Delivery; messages from other publishers are accepted.
+
+    A message without task_name is named after its message id; an eta that is not RFC 3339 is
+    ignored (the task is available at once) rather than the task being lost.
+    """
+    message = received.message  # type: ignore[attr-defined]
+    attributes = message.attributes
+    name = attributes.get(ATTR_TASK_NAME) or f"pubsub-{message.message_id}"
+    eta_text = attributes.get(ATTR_ETA)
+    limit_text = attributes.get(ATTR_RETRY_LIMIT)
+    stamp = message.publish_time
+    return Delivery(
+        subscription=subscription,
+        ack_id=received.ack_id,  # type: ignore[attr-defined]
+        message_id=message.message_id,
+        name=name,
+        payload=message.data,
+        tag=attributes.get(ATTR_TAG),
+        eta=parse_eta(eta_text) if eta_text else None,
+        published=stamp.seconds + stamp.nanos / 1e9,
+        attempt=received.delivery_attempt,  # type: ignore[attr-defined]
+        retry_limit=int(limit_text) if limit_text and limit_text.isdigit() else None,
+        attributes=attributes,
+    )
