@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from pullqueue import __version__
+from pullqueue.migrate.command import migrate
 from pullqueue.plan_command import plan
 from pullqueue.stats_command import stats
 from pullqueue.worker.command import work
@@ -23,6 +24,7 @@ def cli() -> None:
 cli.add_command(work)
 cli.add_command(stats)
 cli.add_command(plan)
+cli.add_command(migrate)
 
 
 def main() -> None:

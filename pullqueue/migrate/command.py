@@ -1,0 +1,253 @@
+"""`pullqueue migrate QUEUE --from URL --to URL`: drain a legacy queue into the new backend.
+
+The command connects both sides, opens the journal, shows a progress bar on a terminal, stops
+cleanly on SIGINT/SIGTERM and prints (and with --report writes) the report; drain() does the work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import NoReturn
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from pullqueue.errors import Error
+from pullqueue.migrate.drain import DEFAULT_LEASE_SECONDS, DEFAULT_QUIET_PERIOD, drain
+from pullqueue.migrate.report import MigrationReport
+from pullqueue.queue import Queue
+from pullqueue.registry import connect
+
+EXIT_OK = 0
+EXIT_NOT_OK = 1
+EXIT_BAD_INPUT = 2
+
+
+def default_journal_path(queue: str, source_url: str, dest_url: str, dest_queue: str) -> Path:
+    """The journal a migration uses unless told otherwise: one file per source/destination pair
+    in the current directory, so rerunning the same command resumes the same migration."""
+    digest = hashlib.sha256(f"{source_url} {queue} {dest_url} {dest_queue}".encode()).hexdigest()
+    return Path(f"pullqueue-migrate-{queue}-{digest[:8]}.journal")
+
+
+@click.command(
+    "migrate",
+    epilog="""\b
+Examples:
+  pullqueue migrate emails --from cloudtasks://my-project/us-central1 --to pubsub://my-project
+  pullqueue migrate emails --from appengine:// --to pubsub://my-project --dry-run
+  pullqueue migrate emails --from cloudtasks://p/l --to pubsub://p --follow --report r.json
+
+\b
+Exit status: 0 everything moved (tasks still waiting on an ETA are listed), 1 something
+failed or is left unexplained (see the report), 2 bad input (nothing was moved).""",
+)
+@click.argument("queue_name", metavar="QUEUE")
+@click.option("--from", "source_url", required=True, metavar="URL", help="The legacy queue's URL.")
+@click.option("--to", "dest_url", required=True, metavar="URL", help="The new backend's URL.")
+@click.option("--to-queue", metavar="NAME", help="Destination queue name [default: QUEUE].")
+@click.option("--dry-run", is_flag=True, help="Count and sample what would move; change nothing.")
+@click.option(
+    "--journal",
+    "journal_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Journal file (SQLite) that makes a rerun resume [default:"
+    " ./pullqueue-migrate-QUEUE-<hash>.journal].",
+)
+@click.option(
+    "--no-journal",
+    is_flag=True,
+    help="Run without a journal: a rerun after a crash may then re-send what was written.",
+)
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Keep draining while producers still write to the old queue, until SIGINT/SIGTERM.",
+)
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the report as JSON to this file.",
+)
+@click.option(
+    "--lease-seconds",
+    type=click.FloatRange(0, 604800, min_open=True),
+    default=DEFAULT_LEASE_SECONDS,
+    show_default=True,
+    help="Lease on each source batch; must cover writing it to the destination.",
+)
+@click.option(
+    "--lease-rate",
+    type=click.FloatRange(0, min_open=True),
+    help="Source lease calls per second [default: PULLQUEUE_LEASE_REQUESTS_PER_SECOND, 10].",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 1000),
+    default=1000,
+    show_default=True,
+    help="Tasks per source lease call.",
+)
+@click.option(
+    "--quiet-period",
+    type=click.FloatRange(0),
+    default=DEFAULT_QUIET_PERIOD,
+    show_default=True,
+    help="Seconds the source must stay empty before the drain ends (without --follow).",
+)
+@click.option(
+    "--max-wait",
+    type=click.FloatRange(0),
+    help="Seconds the end may wait for tasks about to become available [default: the lease].",
+)
+@click.option(
+    "--progress/--no-progress",
+    "show_progress",
+    default=None,
+    help="Progress bar [default: on when stderr is a terminal].",
+)
+def migrate(
+    queue_name: str,
+    source_url: str,
+    dest_url: str,
+    to_queue: str | None,
+    dry_run: bool,
+    journal_path: Path | None,
+    no_journal: bool,
+    follow: bool,
+    report_path: Path | None,
+    lease_seconds: float,
+    lease_rate: float | None,
+    batch_size: int,
+    quiet_period: float,
+    max_wait: float | None,
+    show_progress: bool | None,
+) -> None:
+    """Drain pull queue QUEUE from the --from backend into the --to backend.
+
+    Each batch is leased from the source, written to the destination (payload, name, tag and
+    ETA kept) and deleted from the source only once the destination confirmed it. The journal
+    makes a rerun after a crash finish the job without re-sending what was confirmed. Tasks
+    with a future ETA are copied from the source's listing where it can list them; otherwise
+    they are reported as still waiting. Both sides are checked read-only before anything moves.
+    """
+    dest_queue = to_queue or queue_name
+    err = Console(stderr=True)
+    try:
+        source = Queue(queue_name, connect(source_url))
+        dest = Queue(dest_queue, connect(dest_url))
+    except Error as exc:
+        _fail(err, exc)
+    journal: Path | None = None
+    if not no_journal:
+        journal = journal_path or default_journal_path(queue_name, source_url, dest_url, dest_queue)
+    stop = threading.Event()
+    progress_on = err.is_terminal if show_progress is None else show_progress
+    try:
+        with _signals(stop, err), _progress_bar(err, progress_on) as on_progress:
+            report = drain(
+                source,
+                dest,
+                journal=journal,
+                dry_run=dry_run,
+                follow=follow,
+                batch_size=batch_size,
+                lease_seconds=lease_seconds,
+                lease_rate=lease_rate,
+                quiet_period=quiet_period,
+                max_wait=max_wait,
+                progress=on_progress,
+                stop=stop,
+            )
+    except Error as exc:
+        _fail(err, exc)
+    finally:
+        source.backend.close()
+        dest.backend.close()
+    click.echo(report.render())
+    if report_path is not None:
+        _write_atomically(report_path, report.to_json() + "\n")
+    sys.exit(EXIT_OK if report.ok else EXIT_NOT_OK)
+
+
+def _fail(err: Console, exc: Error) -> NoReturn:
+    err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=".report-")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+@contextmanager
+def _signals(stop: threading.Event, err: Console) -> Iterator[None]:
+    """First SIGINT/SIGTERM: finish the in-flight batch, release the rest, report. Second: abort
+    at once (the journal keeps that safe too)."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+        err.print(
+            f"{signal.Signals(signum).name}: finishing the batch in flight, then reporting"
+            " (send again to abort at once)",
+            highlight=False,
+        )
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    for sig in previous:
+        signal.signal(sig, on_signal)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def _progress_bar(
+    err: Console, enabled: bool
+) -> Iterator[Callable[[MigrationReport], None] | None]:
+    """A rich progress bar (moved of known total, tasks/s, time left), or None when off."""
+    if not enabled:
+        yield None
+        return
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]:>8.0f} tasks/s"),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=err, transient=False) as bar:
+        task = bar.add_task("migrating", total=None, rate=0.0)
+
+        def update(report: MigrationReport) -> None:
+            done = report.deleted + report.gone_from_source
+            total = max(report.source_tasks_at_start or 0, done)
+            bar.update(task, completed=done, total=total or None, rate=report.tasks_per_second)
+
+        yield update
