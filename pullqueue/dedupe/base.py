@@ -33,7 +33,8 @@ class NameRegistry(Protocol):
         ...
 
     def purge(self, queue: str) -> None:
-        """Forget the live claims of a purged queue (tombstones stay, as in the legacy queue)."""
+        """Tombstone the live names of a purged queue: the legacy queue keeps purged names
+        as it keeps deleted ones (the SDK stub's rule), so a re-add is TombstonedTaskError."""
         ...
 
     def close(self) -> None:

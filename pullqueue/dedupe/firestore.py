@@ -313,6 +313,13 @@ class FirestoreNameRegistry:
         )
 
     def purge(self, queue: str) -> None:
+        now = self._clock()
+        tombstone = {
+            "state": TOMBSTONE,
+            "tombstoned_at": _utc(now),
+            TTL_FIELD: _utc(now + self.tombstone_seconds),
+            "claim": firestore.DELETE_FIELD,
+        }
         query = (
             self._collection.where(filter=FieldFilter("queue", "==", queue))
             .where(filter=FieldFilter("state", "==", LIVE))
@@ -324,8 +331,9 @@ class FirestoreNameRegistry:
             page = list(query.stream(retry=self._read_retry, timeout=self.timeout))
             while page:
                 self._commit(
-                    lambda batch, snapshot: batch.delete(
+                    lambda batch, snapshot: batch.update(
                         snapshot.reference,
+                        tombstone,
                         option=self._client.write_option(last_update_time=snapshot.update_time),
                     ),
                     page,
@@ -337,8 +345,9 @@ class FirestoreNameRegistry:
             error = self._translate(
                 exc,
                 queue,
-                "forget the purged queue's task names",
-                "the purged names stay claimed: purge again",
+                "tombstone the purged queue's task names",
+                "some purged names stay live (a re-add reports TaskAlreadyExistsError): purge"
+                " again",
                 (),
             )
             if error is None:

@@ -82,9 +82,8 @@ class MemoryNameRegistry:
 
     def purge(self, queue: str) -> None:
         with self._lock:
-            records = self._queues.get(queue, {})
-            for name in [n for n, r in records.items() if r.state == LIVE]:
-                del records[name]
+            live = [n for n, r in self._queues.get(queue, {}).items() if r.state == LIVE]
+        self.tombstone(queue, live)
 
     def close(self) -> None:
         """Nothing to release: the names live as long as the object."""

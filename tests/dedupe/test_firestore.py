@@ -105,3 +105,13 @@ def test_url_selects_database_collection_and_timeout(firestore_host: str) -> Non
     assert (registry.project, registry.database, registry.timeout) == ("proj-a", "db-b", 7.0)
     assert registry.url == "firestore://proj-a/db-b"
     registry.close()
+
+
+def test_purge_reaches_every_live_name_past_one_page(firestore_url: str, clock: FakeClock) -> None:
+    registry = connect_registry(firestore_url, tombstone_seconds=TOMBSTONE_SECONDS, clock=clock)
+    names = [f"bulk-{i}" for i in range(1100)]
+    assert registry.claim("orders", names) == [None] * len(names)
+    registry.purge("orders")
+    outcomes = registry.claim("orders", names)
+    assert {type(o).__name__ for o in outcomes} == {"TombstonedTaskError"}
+    registry.close()

@@ -83,19 +83,21 @@ def test_tombstone_without_claim_still_blocks(registry: NameRegistry, queue_name
     assert kinds(registry.claim(queue_name, ["older"])) == ["TombstonedTaskError"]
 
 
-def test_purge_frees_live_names_and_keeps_tombstones(
-    registry: NameRegistry, queue_name: str
+def test_purge_tombstones_the_queues_live_names(
+    registry: NameRegistry, queue_name: str, clock: FakeClock
 ) -> None:
-    registry.claim(queue_name, ["live-1", "live-2", "dead"])
+    """The legacy stub keeps purged names as it keeps deleted ones."""
+    registry.claim(queue_name, ["live-1", "live-2"])
     registry.claim(f"{queue_name}-other", ["live-1"])
-    registry.tombstone(queue_name, ["dead"])
     registry.purge(queue_name)
-    assert kinds(registry.claim(queue_name, ["live-1", "live-2", "dead"])) == [
-        None,
-        None,
+    assert kinds(registry.claim(queue_name, ["live-1", "live-2", "new"])) == [
         "TombstonedTaskError",
+        "TombstonedTaskError",
+        None,
     ]
     assert kinds(registry.claim(f"{queue_name}-other", ["live-1"])) == ["TaskAlreadyExistsError"]
+    clock.advance(TOMBSTONE_SECONDS + 1)
+    assert registry.claim(queue_name, ["live-1"]) == [None]
 
 
 def test_names_are_seen_by_every_handle(make_registry: RegistryFactory, queue_name: str) -> None:
