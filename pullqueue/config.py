@@ -84,3 +84,8 @@ class Settings(BaseSettings):
     tombstone_seconds: float = Field(
         7 * 24 * 3600.0, gt=0, description="How long a deleted task name stays tombstoned."
     )
+    plugins: str = Field(
+        "",
+        description="Comma-separated modules imported before a URL is resolved; each may call"
+        " pullqueue.register() to add a URL scheme (e.g. a test or in-house backend).",
+    )

@@ -25,6 +25,7 @@ _BUILTIN: dict[str, tuple[str, str]] = {
     "appengine": ("pullqueue.adapters.appengine", "appengine"),
 }
 _registered: dict[str, BackendFactory] = {}
+_plugins: set[str] = set()
 _defaults: dict[str, Backend] = {}
 _lock = threading.Lock()
 
@@ -37,6 +38,20 @@ def register(scheme: str, factory: BackendFactory) -> None:
 def known_schemes() -> list[str]:
     """Every scheme connect() accepts, built-in and registered."""
     return sorted(set(_BUILTIN) | set(_registered))
+
+
+def load_plugins(modules: str) -> None:
+    """Import each comma-separated module once (env PULLQUEUE_PLUGINS); a plugin module calls
+    register() when imported, so its schemes work in every command, subprocesses included."""
+    for name in (part.strip() for part in modules.split(",")):
+        if name and name not in _plugins:
+            try:
+                importlib.import_module(name)
+            except ImportError as exc:
+                raise ConfigurationError(
+                    f"plugin module {name!r} (PULLQUEUE_PLUGINS) cannot be imported: {exc}"
+                ) from exc
+            _plugins.add(name)
 
 
 def _factory(scheme: str) -> BackendFactory:
@@ -68,6 +83,7 @@ def connect(url: str | None = None, **options: Any) -> Backend:
             f"malformed backend URL {url!r}: expected SCHEME://..., known schemes: "
             + ", ".join(f"{s}://" for s in known_schemes())
         )
+    load_plugins(settings.plugins)
     parsed = urlsplit(url)
     options.setdefault("settings", settings)
     return _factory(parsed.scheme)(parsed, options)
