@@ -15,7 +15,9 @@ class RateLimiter:
     """At most `rate` calls per second, `burst` of them back to back (the GCRA algorithm).
 
     With the default burst of 1 the calls are spaced 1/rate seconds apart, so no one-second
-    window ever holds more than `rate` of them, however many threads share the limiter.
+    window ever holds more than `rate` of them, however many threads share the limiter. A slot
+    is taken when the caller is running again, not when it starts waiting, so a thread woken
+    late cannot crowd the calls after it.
     """
 
     def __init__(
@@ -38,19 +40,21 @@ class RateLimiter:
         self._lock = threading.Lock()
         self._next_free = float("-inf")
 
-    def reserve(self) -> float:
-        """Claim the next free slot; return the seconds to wait before using it (0 if now)."""
+    def try_acquire(self) -> float:
+        """Take a call slot if one is free now (return 0.0), else return the seconds to wait
+        before trying again; nothing is claimed then, so a caller may give up meanwhile."""
         with self._lock:
             now = self._clock()
             theoretical = max(self._next_free, now)
             earliest = theoretical - (self.burst - 1) * self._interval
+            if earliest > now:
+                return earliest - now
             self._next_free = theoretical + self._interval
-            return max(0.0, earliest - now)
+            return 0.0
 
     def acquire(self) -> None:
-        """Block until a call may be made."""
-        delay = self.reserve()
-        if delay > 0:
+        """Block until a call may be made, and take its slot."""
+        while (delay := self.try_acquire()) > 0:
             self._sleep(delay)
 
 

@@ -186,7 +186,7 @@ class Worker:
             with self._cond:
                 while not self._idle_capacity() and not self._stopping.is_set():
                     self._cond.wait(0.5)
-            if self._stopping.is_set() or self._stopping.wait(self.limiter.reserve()):
+            if not self._rate_slot():
                 return
             tasks = self._lease()
             if tasks is None:
@@ -212,6 +212,13 @@ class Worker:
                 self.stop()
                 return
             self._stopping.wait(self.backoff.next())
+
+    def _rate_slot(self) -> bool:
+        """Wait for the queue's next lease-request slot; False when stopped meanwhile."""
+        while (delay := self.limiter.try_acquire()) > 0:
+            if self._stopping.wait(delay):
+                return False
+        return not self._stopping.is_set()
 
     def _lease(self) -> list[Task] | None:
         """One lease call: the tasks, or None after a transient error (already backed off)."""
