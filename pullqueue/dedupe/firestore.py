@@ -242,7 +242,12 @@ class FirestoreNameRegistry:
             codes = self._commit(
                 lambda batch, item: batch.update(
                     refs[item[0]],
-                    {**live, "name": names[item[0]], TTL_FIELD: firestore.DELETE_FIELD},
+                    {
+                        **live,
+                        "name": names[item[0]],
+                        "tombstoned_at": firestore.DELETE_FIELD,
+                        TTL_FIELD: firestore.DELETE_FIELD,
+                    },
                     option=self._client.write_option(last_update_time=item[1]),
                 ),
                 takeovers,

@@ -56,7 +56,8 @@ def test_expired_tombstone_frees_the_name_before_ttl_deletes_it(
     assert _collection(firestore_url).document("orders.late").get().exists
     assert registry.claim("orders", ["late"]) == [None]
     data = _collection(firestore_url).document("orders.late").get().to_dict()
-    assert data is not None and data["state"] == "live" and "expire_at" not in data
+    assert data is not None and data["state"] == "live"
+    assert "expire_at" not in data and "tombstoned_at" not in data
     registry.close()
 
 
