@@ -285,6 +285,8 @@ def read_queue_yaml(text: str, source: str = "queue.yaml") -> QueueYaml:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         problem = exc.problem or exc.context or "malformed YAML"
+        if exc.problem and exc.context and exc.context_mark is not None:
+            problem += f" ({exc.context} that starts on line {exc.context_mark.line + 1})"
         raise QueueYamlError(
             f"not valid YAML: {problem}; fix the file and run plan again",
             source=source,

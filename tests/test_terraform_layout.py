@@ -364,6 +364,17 @@ def test_queue_defaults_hold_legacy_etas_and_the_legacy_retry_count() -> None:
     assert 10 <= int(defaults["ack_deadline_seconds"]) <= 600
 
 
+def test_queue_defaults_are_what_the_adapters_auto_create_makes() -> None:
+    """A subscription from Terraform and one from auto_create behave the same by default."""
+    defaults = queue_variable_defaults()
+    fields = Settings.model_fields
+    assert int(defaults["ack_deadline_seconds"]) == fields["pubsub_ack_deadline"].default
+    assert int(defaults["max_delivery_attempts"]) == fields["pubsub_max_delivery_attempts"].default
+    assert (
+        defaults["message_retention_duration"] == f'"{fields["pubsub_retention_seconds"].default}s"'
+    )
+
+
 def test_iam_is_least_privilege() -> None:
     found = module_resources()
     iam = {key: body for key, body in found.items() if "iam" in key[0]}
@@ -391,9 +402,14 @@ def test_iam_is_least_privilege() -> None:
     assert unquote(agent_ack["role"]) == "roles/pubsub.subscriber"
     assert unquote(agent_ack["member"]) == "local.pubsub_service_agent"
     assert unquote(agent_ack["subscription"]) == "google_pubsub_subscription.pull[each.key].name"
+    viewer = iam["google_pubsub_subscription_iam_member", "worker_viewer"]
+    assert unquote(viewer["role"]) == "roles/pubsub.viewer"
+    assert "if var.grant_worker_subscription_viewer" in unquote(viewer["for_each"])
+    assert unquote(viewer["subscription"]) == "google_pubsub_subscription.pull[each.key].name"
     assert {role for role, _, _ in grants.values()} == {
         "roles/pubsub.publisher",
         "roles/pubsub.subscriber",
+        "roles/pubsub.viewer",
         "roles/cloudkms.cryptoKeyEncrypterDecrypter",
     }
 

@@ -20,6 +20,17 @@ resource "google_pubsub_subscription_iam_member" "worker" {
   member       = "serviceAccount:${var.worker_service_account}"
 }
 
+# Opt-in: lets the adapter read its subscriptions to verify the filter and exactly-once delivery
+# and to learn the ack deadline; without it the adapter logs a warning and trusts the layout.
+resource "google_pubsub_subscription_iam_member" "worker_viewer" {
+  for_each = { for key, sub in local.pull_subscriptions : key => sub if var.grant_worker_subscription_viewer }
+
+  project      = var.project_id
+  subscription = google_pubsub_subscription.pull[each.key].name
+  role         = "roles/pubsub.viewer"
+  member       = "serviceAccount:${var.worker_service_account}"
+}
+
 # Dead-lettering: the service agent publishes to the dead-letter topic and acks the message on
 # the source subscription.
 resource "google_pubsub_topic_iam_member" "dead_letter_publisher" {

@@ -138,6 +138,12 @@ variable "worker_service_account" {
   }
 }
 
+variable "grant_worker_subscription_viewer" {
+  description = "Also grant the worker roles/pubsub.viewer on its own subscriptions, so the adapter can check their filter and exactly-once delivery at start-up (without it, it logs that it cannot and carries on)."
+  type        = bool
+  default     = false
+}
+
 variable "dead_letter_readers" {
   description = "IAM members (group:ops@example.com, serviceAccount:...) who may read and ack the dead-letter subscriptions; none by default."
   type        = list(string)
