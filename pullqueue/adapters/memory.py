@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import SplitResult
 
@@ -85,12 +85,14 @@ class _QueueState:
         "leased",
         "leases",
         "pushes",
+        "retry_limit",
         "tasks",
         "used_names",
         "waiting",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, retry_limit: int | None) -> None:
+        self.retry_limit = retry_limit
         self.tasks: dict[str, _Entry] = {}
         self.used_names: set[str] = set()
         self.waiting: list[tuple[int, str]] = []
@@ -231,13 +233,21 @@ class MemoryBackend:
     """Pull queues in this process's memory, thread-safe, on an injectable clock.
 
     `clock` returns POSIX seconds (default `time.time`); tests pass a fake one to move time.
-    Queues are created on first use. Task names, once used in a queue, stay tombstoned for the
-    life of the backend (deleted and purged tasks included), as in the legacy service's stub.
+    `retry_limits` maps queue names to the legacy queue.yaml `task_retry_limit`: a task already
+    leased that many times (or its own `Task.retry_limit` times, when set) is deleted instead of
+    being leased again. Queues are created on first
+    use. Task names, once used in a queue, stay tombstoned for the life of the backend (deleted
+    and purged tasks included), as in the legacy service's stub.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        retry_limits: Mapping[str, int] | None = None,
+    ) -> None:
         self.url = "memory://"
         self._clock = clock
+        self._retry_limits = dict(retry_limits or {})
         self._lock = threading.Lock()
         self._queues: dict[str, _QueueState] = {}
         self._names = itertools.count(1)
@@ -248,7 +258,7 @@ class MemoryBackend:
     def _queue(self, queue: str) -> _QueueState:
         state = self._queues.get(queue)
         if state is None:
-            state = self._queues[queue] = _QueueState()
+            state = self._queues[queue] = _QueueState(self._retry_limits.get(queue))
         return state
 
     def add(self, queue: str, tasks: Sequence[Task]) -> list[Error | None]:
@@ -287,7 +297,8 @@ class MemoryBackend:
                     eta_posix = task.resolve_eta(now)
                 eta = round(eta_posix * 1e6)
                 task.eta_posix = eta / USEC
-                entry = _Entry(name, task.payload, task.tag or None, eta, task.retry_limit)
+                limit = task.retry_limit if task.retry_limit is not None else state.retry_limit
+                entry = _Entry(name, task.payload, task.tag or None, eta, limit)
                 live[name] = entry
                 used.add(name)
                 state.wait(entry)
@@ -477,8 +488,8 @@ class MemoryBackend:
 
 
 def from_url(url: SplitResult, options: dict[str, Any]) -> MemoryBackend:
-    """Build a MemoryBackend for `memory://` (options: clock)."""
+    """Build a MemoryBackend for `memory://` (options: clock, retry_limits)."""
     if url.netloc or url.path not in ("", "/"):
         raise ConfigurationError(f"memory:// takes no host or path, got {url.geturl()!r}")
     clock = options.get("clock", time.time)
-    return MemoryBackend(clock=clock)
+    return MemoryBackend(clock=clock, retry_limits=options.get("retry_limits"))

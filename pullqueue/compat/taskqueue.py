@@ -101,7 +101,7 @@ def _push_not_served(method: str) -> InvalidQueueModeError:
 
 
 class TaskRetryOptions:
-    """Retry options of a task; for pull tasks only `task_retry_limit` has an effect (legacy)."""
+    """Retry options, validated as in the legacy API; for pull tasks they have no effect there."""
 
     _KWARGS = frozenset(
         (
@@ -209,15 +209,7 @@ class Task(_CoreTask):
         retry_options = kwargs.get("retry_options")
         if retry_options is not None and not isinstance(retry_options, TaskRetryOptions):
             raise InvalidTaskRetryOptionsError("retry_options must be a TaskRetryOptions")
-        retry_limit = retry_options.task_retry_limit if retry_options is not None else None
-        super().__init__(
-            payload,
-            name=name or None,
-            tag=tag,
-            eta=eta,
-            countdown=countdown,
-            retry_limit=retry_limit,
-        )
+        super().__init__(payload, name=name or None, tag=tag, eta=eta, countdown=countdown)
         if kwargs.get("_size_check", True):
             if self.size > MAX_PULL_TASK_SIZE_BYTES:
                 raise TaskTooLargeError(
@@ -247,11 +239,11 @@ class Task(_CoreTask):
         return len(self.payload) + _LEGACY_SIZE_OVERHEAD
 
     @property
-    def retry_options(self) -> TaskRetryOptions | None:
-        """The retry options the task was created with (only task_retry_limit is kept)."""
-        if self.retry_limit is None:
-            return None
-        return TaskRetryOptions(task_retry_limit=self.retry_limit)
+    def retry_options(self) -> None:
+        """Always None: the legacy SDK drops a pull task's retry options before they reach the
+        service (only the queue's retry_parameters apply), so pullqueue accepts and drops them.
+        """
+        return None
 
     @property
     def headers(self) -> dict[str, str]:

@@ -26,7 +26,8 @@ for a case listing that feature in `differs` (never skipped). Feature names (FEA
 - stats_exact: stats() reports exact `tasks` and `oldest_eta` (the oldest ETA, leased included).
 - stats_leased: stats().leased is the number of tasks under a current lease.
 - executed_last_minute: stats().executed_last_minute counts tasks leased in the last 60 s.
-- retry_limit: a task added with retry_limit=N is deleted instead of being leased an N+1th time.
+- retry_limit: a task added with Task(retry_limit=N) is deleted instead of being leased an
+  N+1th time (the legacy task_retry_limit).
 """
 
 from __future__ import annotations

@@ -150,3 +150,20 @@ def test_everything_added_is_leased_once(harness: Harness) -> None:
     tick(harness)
     leased = [t.name for t in drain(queue)]
     assert len(leased) == len(set(leased)) == 500 and set(leased) == added
+
+
+@pytest.mark.feature("retry_limit", "lease_expiry")
+def test_retry_limit_deletes_the_task_instead_of_leasing_it_again(harness: Harness) -> None:
+    queue = harness.new_queue()
+    queue.add([Task(b"x", name="limited", retry_limit=2), Task(b"y", name="free")])
+    tick(harness)
+    for attempt in (1, 2):
+        leased = queue.lease(harness.short_lease, 10)
+        assert sorted((t.name, t.retry_count) for t in leased) == [
+            ("free", attempt),
+            ("limited", attempt),
+        ]
+        expire(harness)
+    assert names(queue.lease(harness.short_lease, 10)) == ["free"]
+    expire(harness)
+    assert [(t.name, t.retry_count) for t in queue.lease(60, 10)] == [("free", 4)]
