@@ -22,7 +22,7 @@ from pullqueue.plan import QueueYamlError, build_plan, read_queue_yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "queue_yaml"
-MODULE_VARIABLES = ROOT / "terraform" / "modules" / "pullqueue" / "variables.tf"
+MODULE = ROOT / "terraform" / "modules" / "pullqueue"
 
 
 def run_plan(*args: str, env: dict[str, str | None] | None = None) -> Result:
@@ -44,13 +44,13 @@ def stderr_text(result: Result) -> str:
 
 def module_variables() -> dict[str, Any]:
     """{name: body} of the variables terraform/modules/pullqueue declares (python-hcl2)."""
-    parsed = hcl2.loads(MODULE_VARIABLES.read_text())
-    return {
-        name.strip('"'): body
-        for block in parsed["variable"]
-        for name, body in block.items()
-        if name != "__is_block__"
-    }
+    declared: dict[str, Any] = {}
+    for path in sorted(MODULE.glob("*.tf")):
+        for block in hcl2.loads(path.read_text()).get("variable", []):
+            declared.update(
+                (name.strip('"'), body) for name, body in block.items() if name != "__is_block__"
+            )
+    return declared
 
 
 def queue_attributes() -> set[str]:

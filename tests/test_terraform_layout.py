@@ -285,11 +285,12 @@ def load_hcl(path: Path) -> dict[str, Any]:
     return parsed
 
 
-def variables(path: Path) -> dict[str, dict[str, Any]]:
-    """{name: body} of every variable block in path."""
+def variables(*paths: Path) -> dict[str, dict[str, Any]]:
+    """{name: body} of every variable block in the files."""
     return {
         unquote(name): body
-        for block in load_hcl(path)["variable"]
+        for path in paths
+        for block in load_hcl(path).get("variable", [])
         for name, body in block.items()
         if name != "__is_block__"
     }
@@ -424,7 +425,7 @@ def test_layout_file_needs_no_provider() -> None:
 
 
 def test_every_variable_is_typed_and_described() -> None:
-    for path in (MODULE / "variables.tf", EXAMPLE / "variables.tf"):
+    for path in (*sorted(MODULE.glob("*.tf")), EXAMPLE / "variables.tf"):
         for name, body in variables(path).items():
             assert "type" in body, f"{path.name}: variable {name} has no type"
             assert unquote(body.get("description", "")), f"{path.name}: {name} undescribed"
