@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pullqueue.errors import ConfigurationError
 
-# Formats shared with terraform/modules/pullqueue/main.tf (locals); keep the two in step.
+# Formats shared with terraform/modules/pullqueue/layout.tf (locals); keep the two in step.
 TOPIC_FORMAT = "{prefix}{queue}"
 WORKER_SUBSCRIPTION_FORMAT = "{prefix}{queue}-workers"
 TAG_SUBSCRIPTION_FORMAT = "{prefix}{queue}-tag-{tag}"
