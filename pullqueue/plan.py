@@ -1,5 +1,4 @@
-"""Turn a legacy queue.yaml into the variables of the Terraform module in terraform/, one entry
-per pull queue.
+"""Turn a legacy queue.yaml into the Terraform module's variables, one entry per pull queue.
 
 The Pub/Sub side must provision exactly the queues the legacy app declared, with their retry
 limits mapped to dead-lettering, so these pure functions generate the module's
@@ -33,7 +32,7 @@ MIN_DELIVERY_ATTEMPTS = 5
 MAX_DELIVERY_ATTEMPTS = 100
 """Pub/Sub's bounds on a dead-letter policy's max_delivery_attempts."""
 
-PROJECT_ID_RE = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_PROJECT_ID_RE = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 _PREFIX_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9._~+%-]*$")
 _AGE_LIMIT_RE = re.compile(r"^([0-9]+(\.[0-9]*)?)([smhd])$")
 _AGE_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -372,7 +371,7 @@ def max_delivery_attempts(queue: LegacyQueue) -> tuple[int, str | None]:
 
 
 def _check_project(project: str) -> None:
-    if not PROJECT_ID_RE.match(project):
+    if not _PROJECT_ID_RE.match(project):
         raise PlanError(
             f"--project {project!r} is not a GCP project id (6-30 lowercase letters, digits and"
             " hyphens, starting with a letter); pass the project id, not its name or number"
