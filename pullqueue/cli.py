@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from pullqueue import __version__
+from pullqueue.demo import demo
 from pullqueue.migrate.command import migrate
 from pullqueue.plan_command import plan
 from pullqueue.stats_command import stats
@@ -22,6 +23,7 @@ def cli() -> None:
 
 
 cli.add_command(work)
+cli.add_command(demo)
 cli.add_command(stats)
 cli.add_command(plan)
 cli.add_command(migrate)

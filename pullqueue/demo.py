@@ -1,0 +1,464 @@
+"""`pullqueue demo`: the whole migration on a laptop, checked end to end in under a minute.
+
+A legacy-style producer fills an in-memory pull queue through `pullqueue.compat.taskqueue`,
+`pullqueue.migrate.drain` moves it to the destination (memory, or Pub/Sub when PULLQUEUE_URL or
+PUBSUB_EMULATOR_HOST say so) while `pullqueue.worker` workers count per tag, and a table
+reconciles produced, migrated and processed per tag; the exit status is 0 only if all agree.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pullqueue.adapters.base import Backend
+from pullqueue.adapters.memory import MemoryBackend
+from pullqueue.compat import taskqueue
+from pullqueue.errors import ConfigurationError, Error, InvalidQueueNameError
+from pullqueue.migrate import MigrationReport, drain
+from pullqueue.queue import Queue
+from pullqueue.registry import connect
+from pullqueue.task import QueueStats, Task
+from pullqueue.worker import Worker, WorkerStats
+
+DEFAULT_QUEUE = "pullqueue-demo"
+DEFAULT_PROJECT = "pullqueue-demo"
+DRAIN_QUIET_SECONDS = 0.5
+"""The demo's source is in this process and nothing else adds to it: end the drain quickly."""
+
+
+def destination(url: str | None) -> tuple[str, dict[str, Any]]:
+    """The destination URL and connect() options: --url, else PULLQUEUE_URL, else the Pub/Sub
+    emulator when PUBSUB_EMULATOR_HOST is set (topics created on the fly), else memory://."""
+    if url:
+        return url, {}
+    if os.environ.get("PULLQUEUE_URL"):
+        return os.environ["PULLQUEUE_URL"], {}
+    if os.environ.get("PUBSUB_EMULATOR_HOST"):
+        project = os.environ.get("PULLQUEUE_DEMO_PROJECT") or DEFAULT_PROJECT
+        return f"pubsub://{project}", {"auto_create": True}
+    return "memory://", {}
+
+
+def produce(
+    queue: taskqueue.Queue, count: int, tags: Sequence[str], rng: random.Random, run: str
+) -> dict[str, list[int]]:
+    """The legacy app: add `count` tagged counter increments, 100 per call; return the amounts
+    added per tag. Tags are skewed, as counters keyed by user id are."""
+    weights = [1 / (rank + 1) for rank in range(len(tags))]
+    added: dict[str, list[int]] = {tag: [] for tag in tags}
+    batch: list[taskqueue.Task] = []
+    for index in range(count):
+        tag = rng.choices(tags, weights)[0]
+        amount = rng.randint(1, 9)
+        batch.append(
+            taskqueue.Task(payload=str(amount), method="PULL", tag=tag, name=f"{run}-{index}")
+        )
+        added[tag].append(amount)
+        if len(batch) == taskqueue.MAX_TASKS_PER_ADD or index == count - 1:
+            queue.add(batch)
+            batch = []
+    return added
+
+
+class TagCounter:
+    """The worker's batch handler: sums each tag's increments, counting each task name once."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.sums: Counter[str] = Counter()
+        self.deliveries = 0
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, tasks: Sequence[Task]) -> None:
+        with self._lock:
+            for task in tasks:
+                self.deliveries += 1
+                if task.name in self._seen:
+                    continue
+                self._seen.add(task.name or "")
+                tag = task.tag or ""
+                self.counts[tag] += 1
+                self.sums[tag] += int(task.payload)
+
+    @property
+    def processed(self) -> int:
+        with self._lock:
+            return len(self._seen)
+
+
+class Tally:
+    """A destination backend as is, counting per tag the tasks it confirmed adding."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.confirmed: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return sum(self.confirmed.values())
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def add(self, queue: str, tasks: Sequence[Task]) -> list[Error | None]:
+        outcomes = self.inner.add(queue, tasks)
+        with self._lock:
+            for task, outcome in zip(tasks, outcomes, strict=True):
+                if outcome is None:
+                    self.confirmed[task.tag or ""] += 1
+        return outcomes
+
+    def lease(
+        self,
+        queue: str,
+        lease_seconds: float,
+        max_tasks: int,
+        *,
+        tag: str | None = None,
+        group_by_tag: bool = False,
+        deadline: float = 10.0,
+    ) -> list[Task]:
+        return self.inner.lease(
+            queue, lease_seconds, max_tasks, tag=tag, group_by_tag=group_by_tag, deadline=deadline
+        )
+
+    def modify_lease(self, queue: str, task: Task, lease_seconds: float) -> None:
+        self.inner.modify_lease(queue, task, lease_seconds)
+
+    def delete(self, queue: str, tasks: Sequence[Task]) -> list[bool]:
+        return self.inner.delete(queue, tasks)
+
+    def purge(self, queue: str) -> None:
+        self.inner.purge(queue)
+
+    def stats(self, queue: str) -> QueueStats:
+        return self.inner.stats(queue)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@dataclass
+class TagRow:
+    """One tag's line of the reconciliation."""
+
+    tag: str
+    produced: int
+    migrated: int
+    processed: int
+    produced_sum: int
+    counted_sum: int
+    left_in_source: int
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.produced == self.migrated == self.processed
+            and self.produced_sum == self.counted_sum
+            and self.left_in_source == 0
+        )
+
+
+@dataclass
+class DemoResult:
+    """Everything the demo counted, and whether it reconciles."""
+
+    source: str
+    destination: str
+    queue: str
+    rows: list[TagRow]
+    report: MigrationReport
+    worker: WorkerStats
+    deliveries: int
+    elapsed: float
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def produced(self) -> int:
+        return sum(row.produced for row in self.rows)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(row.ok for row in self.rows)
+
+
+@dataclass
+class DemoOptions:
+    """The knobs of one demo run (the CLI's options)."""
+
+    tasks: int = 3000
+    tags: int = 12
+    queue: str = DEFAULT_QUEUE
+    concurrency: int = 4
+    batch: int = 100
+    lease_seconds: float = 60.0
+    timeout: float = 300.0
+    seed: int | None = None
+
+
+def run_demo(
+    url: str | None = None,
+    options: DemoOptions | None = None,
+    *,
+    console: Console | None = None,
+    show_progress: bool = True,
+) -> DemoResult:
+    """Produce, migrate, process and reconcile; see the module docstring."""
+    opts = options or DemoOptions()
+    console = console or Console(stderr=True)
+    started = time.monotonic()
+    rng = random.Random(opts.seed)
+    tags = [f"user-{1000 + rank}" for rank in range(opts.tags)]
+    run = f"r{secrets.token_hex(3)}"
+
+    source = MemoryBackend()
+    dest_url, connect_options = destination(url)
+    dest = Tally(connect(dest_url, **connect_options))
+    try:
+        dest_queue = Queue(opts.queue, dest)
+        dest_queue.purge()
+        legacy = taskqueue.Queue(opts.queue, backend=source)
+        produced = produce(legacy, opts.tasks, tags, rng, run)
+
+        counter = TagCounter()
+        worker = Worker(
+            dest_queue,
+            counter,
+            per_batch=True,
+            group_by_tag=True,
+            batch_size=opts.batch,
+            lease_seconds=opts.lease_seconds,
+            concurrency=opts.concurrency,
+        )
+        stop = threading.Event()
+        reports: list[MigrationReport] = []
+        failures: list[BaseException] = []
+
+        def migrate() -> None:
+            try:
+                reports.append(
+                    drain(
+                        Queue(opts.queue, source),
+                        dest_queue,
+                        quiet_period=DRAIN_QUIET_SECONDS,
+                        stop=stop,
+                    )
+                )
+            except BaseException as exc:
+                failures.append(exc)
+
+        def work() -> None:
+            try:
+                worker.run(handle_signals=False)
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [
+            threading.Thread(target=migrate, name="demo-migrate", daemon=True),
+            threading.Thread(target=work, name="demo-worker", daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            _watch(opts, source, dest, counter, threads[0], worker, console, show_progress)
+        finally:
+            stop.set()
+            worker.stop()
+            for thread in threads:
+                thread.join()
+
+        left: Counter[str] = Counter(t.tag or "" for t in source.list_tasks(opts.queue))
+        rows = [
+            TagRow(
+                tag=tag,
+                produced=len(produced[tag]),
+                migrated=dest.confirmed[tag],
+                processed=counter.counts[tag],
+                produced_sum=sum(produced[tag]),
+                counted_sum=counter.sums[tag],
+                left_in_source=left[tag],
+            )
+            for tag in tags
+        ]
+        report = reports[0] if reports else MigrationReport(source="memory://", destination="")
+        problems = [f"{type(exc).__name__}: {exc}" for exc in failures]
+        if not report.ok:
+            problems.append(f"the migration did not finish cleanly: {report.stopped}")
+        if report.deleted != opts.tasks:
+            problems.append(f"the migration deleted {report.deleted} of {opts.tasks} from source")
+        if worker.stats.failed or worker.stats.leases_lost:
+            problems.append("some worker batches failed or lost their lease")
+        extra = set(counter.counts) - set(tags)
+        if extra:
+            problems.append(f"the workers counted tags nobody produced: {sorted(extra)}")
+        return DemoResult(
+            source=f"{source.url} (through pullqueue.compat.taskqueue)",
+            destination=dest.url,
+            queue=opts.queue,
+            rows=rows,
+            report=report,
+            worker=worker.stats.snapshot(),
+            deliveries=counter.deliveries,
+            elapsed=time.monotonic() - started,
+            problems=problems,
+        )
+    finally:
+        dest.close()
+
+
+def _watch(
+    opts: DemoOptions,
+    source: MemoryBackend,
+    dest: Tally,
+    counter: TagCounter,
+    migration: threading.Thread,
+    worker: Worker,
+    console: Console,
+    show_progress: bool,
+) -> None:
+    """Show progress until every migrated task is processed (or the timeout passes)."""
+    deadline = time.monotonic() + opts.timeout
+    columns = (
+        TextColumn("{task.description:<10}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, disable=not show_progress) as progress:
+        progress.add_task("produced", total=opts.tasks, completed=opts.tasks)
+        migrated = progress.add_task("migrated", total=opts.tasks)
+        processed = progress.add_task("processed", total=opts.tasks)
+        while time.monotonic() < deadline:
+            progress.update(migrated, completed=dest.total)
+            progress.update(processed, completed=counter.processed)
+            if not migration.is_alive() and counter.processed >= dest.total:
+                break
+            if worker.error is not None:
+                break
+            time.sleep(0.1)
+        else:
+            console.print(f"[red]timed out after {opts.timeout:.0f} s[/red]")
+        progress.update(migrated, completed=dest.total)
+        progress.update(processed, completed=counter.processed)
+
+
+def render(result: DemoResult, console: Console) -> None:
+    """Print the reconciliation table and the verdict."""
+    table = Table(title=f"queue {result.queue!r}: {result.source} -> {result.destination}")
+    for column in ("tag", "produced", "migrated", "processed", "sum produced", "sum counted"):
+        table.add_column(column, justify="left" if column == "tag" else "right")
+    table.add_column("", justify="center")
+    for row in result.rows:
+        table.add_row(
+            row.tag,
+            str(row.produced),
+            str(row.migrated),
+            str(row.processed),
+            str(row.produced_sum),
+            str(row.counted_sum),
+            "ok" if row.ok else "[red]MISMATCH[/red]",
+        )
+    totals = [sum(getattr(r, f) for r in result.rows) for f in TOTALS]
+    table.add_row("total", *map(str, totals), "", end_section=True)
+    console.print(table)
+    report, stats = result.report, result.worker
+    console.print(
+        f"migration: leased {report.leased}, written {report.written}, deleted {report.deleted},"
+        f" failed {report.failed} ({report.stopped})\n"
+        f"workers:   processed {stats.processed} in {stats.lease_requests} lease calls,"
+        f" failed {stats.failed}, redelivered {stats.retried},"
+        f" deliveries {result.deliveries}\n"
+        f"elapsed:   {result.elapsed:.1f} s"
+    )
+    for problem in result.problems:
+        console.print(f"[red]problem:[/red] {problem}")
+    if result.ok:
+        console.print(
+            f"[green]reconciled:[/green] all {result.produced} tasks were produced, migrated once"
+            " and processed once, per tag and in sum"
+        )
+    else:
+        console.print("[red]NOT reconciled[/red]: see the rows marked MISMATCH and the problems")
+
+
+TOTALS = ("produced", "migrated", "processed", "produced_sum", "counted_sum")
+
+
+@click.command(
+    "demo",
+    epilog="""\b
+Examples:
+  pullqueue demo                                  # everything in memory
+  PUBSUB_EMULATOR_HOST=localhost:8085 pullqueue demo   # destination: the Pub/Sub emulator
+  pullqueue demo --url pubsub://my-project --queue demo-counter
+
+\b
+Exit status: 0 every count reconciles, 1 something does not (the table says what),
+2 bad usage.""",
+)
+@click.option("--tasks", type=click.IntRange(1, 1_000_000), default=3000, show_default=True)
+@click.option("--tags", type=click.IntRange(1, 1000), default=12, show_default=True)
+@click.option(
+    "--url",
+    help="Destination backend [default: env PULLQUEUE_URL; else pubsub://pullqueue-demo on the"
+    " emulator when PUBSUB_EMULATOR_HOST is set; else memory://].",
+)
+@click.option("--queue", "queue_name", default=DEFAULT_QUEUE, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True)
+@click.option("--batch", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option("--timeout", type=click.FloatRange(1), default=300.0, show_default=True)
+@click.option("--seed", type=int, help="Seed for tags and amounts (default: random).")
+def demo(
+    tasks: int,
+    tags: int,
+    url: str | None,
+    queue_name: str,
+    concurrency: int,
+    batch: int,
+    timeout: float,
+    seed: int | None,
+) -> None:
+    """Run the migration end to end and check that no task is lost or counted twice.
+
+    A legacy-style app adds TASKS counter increments, tagged by user, to an in-memory pull queue
+    through pullqueue.compat.taskqueue; the migration drains them into the destination while
+    workers lease them by tag and sum them; a table then reconciles produced, migrated and
+    processed counts and sums per tag.
+    """
+    console = Console()
+    options = DemoOptions(
+        tasks=tasks,
+        tags=tags,
+        queue=queue_name,
+        concurrency=concurrency,
+        batch=batch,
+        timeout=timeout,
+        seed=seed,
+    )
+    try:
+        result = run_demo(url, options, console=Console(stderr=True))
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--url") from exc
+    except InvalidQueueNameError as exc:
+        raise click.BadParameter(str(exc), param_hint="--queue") from exc
+    except Error as exc:
+        raise click.ClickException(str(exc)) from exc
+    render(result, console)
+    raise SystemExit(0 if result.ok else 1)
