@@ -69,10 +69,11 @@ class Settings(BaseSettings):
         " task goes to the dead-letter topic.",
     )
     pubsub_retention_seconds: int = Field(
-        31 * 24 * 3600,
+        7 * 24 * 3600,
         ge=600,
         le=31 * 24 * 3600,
-        description="auto_create, and when a subscription cannot be read: message retention.",
+        description="auto_create, and when a subscription cannot be read: message retention"
+        " (the emulator accepts at most 7 days; tasks hidden longer are republished).",
     )
     cloudtasks_transport: str = Field("grpc", description="Cloud Tasks transport: grpc or rest.")
     lease_requests_per_second: float = Field(

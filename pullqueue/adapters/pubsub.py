@@ -1,0 +1,670 @@
+"""The Pub/Sub backend, `pubsub://PROJECT`: legacy pull-queue semantics on topics and subscriptions.
+
+A lease is a pull plus an ack deadline, delete is an ack (exactly-once delivery reports a stale
+one), tags are served by filtered subscriptions or grouped here, and ETAs hide tasks until due;
+docs/pubsub.md explains each mapping, its cost and what differs from the legacy queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+from urllib.parse import SplitResult
+
+from pullqueue.adapters.pubsub_keeper import LeaseKeeper
+from pullqueue.adapters.pubsub_layout import ATTR_ETA, QueueLayout
+from pullqueue.adapters.pubsub_leases import Lease, LeaseBook
+from pullqueue.adapters.pubsub_provision import Provisioner, QueueTopology
+from pullqueue.adapters.pubsub_rpc import MAX_ACK_DEADLINE, PubSubRpc
+from pullqueue.adapters.pubsub_wire import (
+    Delivery,
+    PubsubMessagePb,
+    decode,
+    encode,
+    format_eta,
+    new_task_name,
+)
+from pullqueue.config import Settings
+from pullqueue.dedupe.base import NameRegistry
+from pullqueue.errors import (
+    ConfigurationError,
+    Error,
+    TaskLeaseExpiredError,
+    TombstonedTaskError,
+)
+from pullqueue.task import QueueStats, Task
+
+log = logging.getLogger(__name__)
+
+PUBLISH_REQUEST_BYTES = 9 * 2**20
+"""Bytes of messages per publish request (Pub/Sub's limit is 10 MB)."""
+ATTEMPTS_RESERVE = 2
+"""A task pullqueue gives back unleased this close to the dead-letter limit is republished."""
+RETENTION_RESERVE = 24 * 3600.0
+"""... and so is one this close (seconds) to the end of the subscription's retention."""
+NEXT_PULL_WAIT = 0.5
+"""Seconds later pulls of one lease call wait on a subscription that looks empty."""
+
+Wanted = Callable[[Delivery], bool]
+
+
+class PubSubBackend:
+    """Pull queues on Cloud Pub/Sub (or its emulator, when PUBSUB_EMULATOR_HOST is set).
+
+    `names`, when given, is the registry that makes task names unique: names are claimed before
+    publishing, given back when a publish fails and tombstoned after a successful delete.
+    Without one a task's name travels in the `task_name` attribute and duplicates are not
+    detected. The registry is the caller's to close.
+    """
+
+    def __init__(
+        self,
+        project: str,
+        *,
+        settings: Settings | None = None,
+        auto_create: bool | None = None,
+        names: NameRegistry | None = None,
+    ) -> None:
+        self.settings = settings = settings or Settings()
+        if not project:
+            raise ConfigurationError("pubsub:// needs a project: pubsub://PROJECT")
+        if settings.pubsub_lease_window <= 2 * settings.pubsub_keeper_period:
+            raise ConfigurationError(
+                f"PULLQUEUE_PUBSUB_LEASE_WINDOW ({settings.pubsub_lease_window} s) must be more"
+                f" than twice PULLQUEUE_PUBSUB_KEEPER_PERIOD ({settings.pubsub_keeper_period} s)"
+                " so the keeper renews a lease before its window runs out"
+            )
+        self.url = f"pubsub://{project}"
+        self.project = project
+        self.names = names
+        self.rpc = PubSubRpc(project, settings.pubsub_rpc_timeout)
+        self._provisioner = Provisioner(
+            self.rpc, settings, settings.auto_create if auto_create is None else auto_create
+        )
+        self._book = LeaseBook()
+        self._keeper = LeaseKeeper(
+            self._book, self._renew, self._release_held, settings.pubsub_keeper_period
+        )
+        self._topologies: dict[str, QueueTopology] = {}
+        self._topology_lock = threading.Lock()
+        self._rotation = 0
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PubSubBackend({self.url!r})"
+
+    def now(self) -> float:
+        return time.time()
+
+    def topology(self, queue: str) -> QueueTopology:
+        """The queue's Pub/Sub resources, checked (or created) on first use."""
+        if self._closed:
+            raise ConfigurationError(
+                "this Pub/Sub backend is closed; connect() a new one", queue=queue
+            )
+        found = self._topologies.get(queue)
+        if found is not None:
+            return found
+        with self._topology_lock:
+            found = self._topologies.get(queue)
+            if found is None:
+                layout = QueueLayout(
+                    project=self.project,
+                    queue=queue,
+                    prefix=self.settings.pubsub_prefix,
+                    declared_tags=tuple(self.settings.pubsub_declared_tags.get(queue, ())),
+                )
+                found = self._topologies[queue] = self._provisioner.open(layout)
+            return found
+
+    # Adding
+
+    def add(self, queue: str, tasks: Sequence[Task]) -> list[Error | None]:
+        topology = self.topology(queue)
+        now = time.time()
+        names = [task.name or new_task_name() for task in tasks]
+        outcomes: list[Error | None] = [None] * len(tasks)
+        if self.names is not None and names:
+            outcomes = list(self.names.claim(queue, names))
+        ready = [i for i, outcome in enumerate(outcomes) if outcome is None]
+        etas = {i: round(tasks[i].resolve_eta(now), 6) for i in ready}
+        for chunk in self._chunks(tasks, ready):
+            messages = [encode(tasks[i], names[i], etas[i], now) for i in chunk]
+            try:
+                self.rpc.publish(topology.topic, messages, queue=queue)
+            except Error as exc:
+                if self.names is not None:
+                    self.names.release(queue, [names[i] for i in chunk])
+                for i in chunk:
+                    outcomes[i] = exc
+                continue
+            for i in chunk:
+                tasks[i].name = names[i]
+                tasks[i].eta_posix = etas[i]
+        return outcomes
+
+    @staticmethod
+    def _chunks(tasks: Sequence[Task], indexes: list[int]) -> Iterable[list[int]]:
+        chunk: list[int] = []
+        size = 0
+        for i in indexes:
+            task_bytes = tasks[i].size + 1024
+            if chunk and size + task_bytes > PUBLISH_REQUEST_BYTES:
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(i)
+            size += task_bytes
+        if chunk:
+            yield chunk
+
+    # Leasing
+
+    def lease(
+        self,
+        queue: str,
+        lease_seconds: float,
+        max_tasks: int,
+        *,
+        tag: str | None = None,
+        group_by_tag: bool = False,
+        deadline: float = 10.0,
+    ) -> list[Task]:
+        topology = self.topology(queue)
+        end = time.monotonic() + deadline
+        if group_by_tag and tag is not None:
+            source = topology.tags.get(tag, topology.workers)
+            picked = self._collect(queue, topology, [source], max_tasks, end, _of_tag(tag))
+        elif group_by_tag:
+            picked = self._collect_oldest_group(queue, topology, max_tasks, end)
+        else:
+            picked = self._collect(queue, topology, self._rotate(topology), max_tasks, end, None)
+        return self._grant(queue, topology, picked, lease_seconds)
+
+    def _rotate(self, topology: QueueTopology) -> list[str]:
+        """The queue's subscriptions, starting one further each call so none is starved."""
+        sources = topology.sources
+        self._rotation = (self._rotation + 1) % len(sources)
+        return sources[self._rotation :] + sources[: self._rotation]
+
+    def _collect(
+        self,
+        queue: str,
+        topology: QueueTopology,
+        sources: list[str],
+        max_tasks: int,
+        end: float,
+        wanted: Wanted | None,
+        picked: list[Delivery] | None = None,
+    ) -> list[Delivery]:
+        """Up to max_tasks available deliveries `wanted` accepts: held ones first, then pulls.
+
+        Deliveries pulled that are not wanted are held for this process's next lease calls; when
+        the held buffer is full the scan stops rather than churn tasks back to Pub/Sub.
+        """
+        limit = self.settings.pubsub_hold_max
+        picked = picked if picked is not None else []
+        picked += self._book.take_held(queue, wanted, max_tasks - len(picked))
+        active = list(sources)
+        first = True
+        try:
+            while len(picked) < max_tasks and active and time.monotonic() < end:
+                source = active[0]
+                want = max_tasks - len(picked)
+                if wanted is not None:
+                    room = self._book.room(queue, limit)
+                    if room == 0:
+                        break
+                    want = min(want + room, 1000)
+                ready = self._pull(queue, topology, source, want, end, first)
+                first = False
+                if ready is None:
+                    active.pop(0)
+                    continue
+                active.append(active.pop(0))
+                extra: list[Delivery] = []
+                for delivery in ready:
+                    if len(picked) < max_tasks and (wanted is None or wanted(delivery)):
+                        picked.append(delivery)
+                    else:
+                        extra.append(delivery)
+                self._hold(queue, topology, extra)
+        except Error:
+            self._hold(queue, topology, picked)
+            raise
+        return picked
+
+    def _collect_oldest_group(
+        self, queue: str, topology: QueueTopology, max_tasks: int, end: float
+    ) -> list[Delivery]:
+        """The tasks sharing the tag of the oldest task in hand (held, then one pull round)."""
+        candidates = self._book.take_held(queue, None, self.settings.pubsub_hold_max + max_tasks)
+        try:
+            for n, source in enumerate(self._rotate(topology)):
+                ready = self._pull(queue, topology, source, max_tasks, end, n == 0)
+                candidates += ready or []
+        except Error:
+            self._hold(queue, topology, candidates)
+            raise
+        if not candidates:
+            return []
+        candidates.sort(key=lambda d: (d.order, d.name))
+        tag = candidates[0].tag
+        if tag is None:
+            # The legacy rule: the untagged among the max_tasks oldest tasks.
+            picked = [d for d in candidates[:max_tasks] if d.tag is None]
+            chosen = {d.ack_id for d in picked}
+            self._hold(queue, topology, [d for d in candidates if d.ack_id not in chosen])
+            return picked
+        picked = [d for d in candidates if d.tag == tag][:max_tasks]
+        chosen = {d.ack_id for d in picked}
+        self._hold(queue, topology, [d for d in candidates if d.ack_id not in chosen])
+        source = topology.tags.get(tag, topology.workers)
+        return self._collect(queue, topology, [source], max_tasks, end, _of_tag(tag), picked)
+
+    def _pull(
+        self,
+        queue: str,
+        topology: QueueTopology,
+        source: str,
+        max_messages: int,
+        end: float,
+        first: bool,
+    ) -> list[Delivery] | None:
+        """One pull, sorted out: the available deliveries; None when the pull found nothing.
+
+        Copies this subscription should not serve (an emulator ignoring filters) are acked
+        away; tasks whose ETA is ahead are hidden until then with their ack deadline.
+        """
+        remaining = end - time.monotonic()
+        wait = self.settings.pubsub_pull_wait if first else NEXT_PULL_WAIT
+        received = self.rpc.pull(
+            source,
+            max(1, min(max_messages, 1000)),
+            queue=queue,
+            wait=max(min(wait, remaining), 0.05),
+            budget=max(remaining, 0.05),
+        )
+        if not received:
+            return None
+        rule = topology.rules[source]
+        now = time.time()
+        foreign: list[str] = []
+        deferred: dict[int, list[Delivery]] = defaultdict(list)
+        renew: list[Delivery] = []
+        ready: list[Delivery] = []
+        for item in received:
+            if not rule.serves(item.message.attributes):
+                foreign.append(item.ack_id)
+                continue
+            delivery = decode(source, item)
+            if delivery.eta is not None and delivery.eta > now:
+                if self._near_limits(topology, delivery, now):
+                    renew.append(delivery)
+                else:
+                    wait_s = min(delivery.eta - now, self.settings.pubsub_max_deferral)
+                    deferred[math.ceil(wait_s)].append(delivery)
+                continue
+            ready.append(delivery)
+        if foreign:
+            # Stale ids are copies that went back to the subscription: dropped next time.
+            self.rpc.ack(source, foreign, queue=queue)
+        for seconds, deliveries in deferred.items():
+            self.rpc.modify(source, [d.ack_id for d in deliveries], seconds, queue=queue)
+            self._book.skipped(deliveries)
+        if renew:
+            self._republish(queue, topology, renew)
+        return ready
+
+    def _near_limits(self, topology: QueueTopology, delivery: Delivery, now: float) -> bool:
+        """True when giving the delivery back could dead-letter it or outlive its retention."""
+        if delivery.attempt and delivery.attempt >= topology.max_attempts - ATTEMPTS_RESERVE:
+            return True
+        age = now - delivery.published
+        hidden = self.settings.pubsub_max_deferral + self.settings.pubsub_hold_seconds
+        return age + hidden >= topology.retention - min(RETENTION_RESERVE, topology.retention / 4)
+
+    def _republish(self, queue: str, topology: QueueTopology, deliveries: list[Delivery]) -> None:
+        """Publish fresh copies of tasks that were never handed out, then ack the old messages.
+
+        The copy keeps the name, tag, payload and order (its eta is the original ETA or publish
+        time), and starts again at delivery attempt 1, far from the dead-letter limit.
+        """
+        messages = []
+        for delivery in deliveries:
+            attributes = dict(delivery.attributes)
+            attributes[ATTR_ETA] = format_eta(delivery.order)
+            messages.append(PubsubMessagePb(data=delivery.payload, attributes=attributes))
+        self.rpc.publish(topology.topic, messages, queue=queue)
+        by_source: dict[str, list[str]] = defaultdict(list)
+        for delivery in deliveries:
+            by_source[delivery.subscription].append(delivery.ack_id)
+        for source, ack_ids in by_source.items():
+            stale = self.rpc.ack(source, ack_ids, queue=queue)
+            if stale:
+                log.warning(
+                    "queue %r: %d republished tasks were taken back by Pub/Sub before their old"
+                    " copy was acknowledged; they will be delivered twice",
+                    queue,
+                    len(stale),
+                )
+
+    def _hold(self, queue: str, topology: QueueTopology, deliveries: list[Delivery]) -> None:
+        """Keep deliveries for this process's next lease calls; release what does not fit."""
+        if not deliveries:
+            return
+        hold_for = min(self.settings.pubsub_hold_seconds, topology.ack_deadline / 2)
+        overflow = self._book.hold(
+            queue, deliveries, time.time() + hold_for, self.settings.pubsub_hold_max
+        )
+        if len(overflow) < len(deliveries):
+            self._keeper.poke()
+        if overflow:
+            self._release_held(queue, overflow)
+
+    def _release_held(self, queue: str, deliveries: list[Delivery]) -> None:
+        """Give deliveries nobody leased back to Pub/Sub (republished when near a limit)."""
+        topology = self._topologies.get(queue)
+        if topology is None or not deliveries:
+            return
+        now = time.time()
+        renew: list[Delivery] = []
+        back: list[Delivery] = []
+        for delivery in deliveries:
+            (renew if self._near_limits(topology, delivery, now) else back).append(delivery)
+        if renew:
+            self._republish(queue, topology, renew)
+        by_source: dict[str, list[Delivery]] = defaultdict(list)
+        for delivery in back:
+            by_source[delivery.subscription].append(delivery)
+        for source, items in by_source.items():
+            self.rpc.modify(source, [d.ack_id for d in items], 0, queue=queue)
+            self._book.skipped(items)
+
+    def _grant(
+        self, queue: str, topology: QueueTopology, picked: list[Delivery], lease_seconds: float
+    ) -> list[Task]:
+        """Set the picked deliveries' ack deadlines to the lease and record the leases."""
+        if not picked:
+            return []
+        picked.sort(key=lambda d: (d.order, d.name))
+        limits = [d for d in picked if self._over_retry_limit(d)]
+        if limits:
+            self._expire(queue, limits)
+            picked = [d for d in picked if not self._over_retry_limit(d)]
+        seconds = self._deadline_for(lease_seconds)
+        now = time.time()
+        stale: set[str] = set()
+        by_source: dict[str, list[str]] = defaultdict(list)
+        for delivery in picked:
+            by_source[delivery.subscription].append(delivery.ack_id)
+        try:
+            for source, ack_ids in by_source.items():
+                stale |= self.rpc.modify(source, ack_ids, seconds, queue=queue)
+        except Error:
+            self._hold(queue, topology, picked)
+            raise
+        expires = now + lease_seconds
+        leases = [
+            Lease(queue=queue, delivery=d, expires=expires, held_until=now + seconds)
+            for d in picked
+            if d.ack_id not in stale
+        ]
+        self._book.add(leases)
+        if lease_seconds > MAX_ACK_DEADLINE:
+            self._keeper.poke()
+        return [
+            Task.restore(
+                payload=lease.delivery.payload,
+                name=lease.delivery.name,
+                tag=lease.delivery.tag,
+                eta_posix=expires,
+                retry_count=self._book.retry_count(lease.delivery),
+                lease_token=lease.ack_id,
+                queue_name=queue,
+            )
+            for lease in leases
+        ]
+
+    def _over_retry_limit(self, delivery: Delivery) -> bool:
+        limit = delivery.retry_limit
+        return limit is not None and self._book.retry_count(delivery) > limit
+
+    def _expire(self, queue: str, deliveries: list[Delivery]) -> None:
+        """Delete tasks whose retry limit is used up instead of leasing them (legacy rule)."""
+        by_source: dict[str, list[str]] = defaultdict(list)
+        for delivery in deliveries:
+            by_source[delivery.subscription].append(delivery.ack_id)
+        for source, ack_ids in by_source.items():
+            self.rpc.ack(source, ack_ids, queue=queue)
+        if self.names is not None:
+            self.names.tombstone(queue, [d.name for d in deliveries])
+
+    def _deadline_for(self, lease_seconds: float) -> int:
+        """The ack deadline a lease starts with: all of it up to 600 s, else one window."""
+        if lease_seconds <= MAX_ACK_DEADLINE:
+            return math.ceil(lease_seconds)
+        return math.ceil(self.settings.pubsub_lease_window)
+
+    def _renew(self, due: list[Lease]) -> None:
+        """The keeper's renewal: extend each due lease by a window, or to its end if sooner."""
+        locked = [lease for lease in due if lease.lock.acquire(blocking=False)]
+        try:
+            now = time.time()
+            groups: dict[tuple[str, str, int], list[Lease]] = defaultdict(list)
+            for lease in locked:
+                if not lease.needs_keeper() or not self._book.holds(lease):
+                    continue
+                window = min(lease.expires - now, self.settings.pubsub_lease_window)
+                seconds = max(math.ceil(window), 0)
+                groups[(lease.queue, lease.delivery.subscription, seconds)].append(lease)
+            for (queue, source, seconds), leases in groups.items():
+                stale = self.rpc.modify(source, [le.ack_id for le in leases], seconds, queue=queue)
+                for lease in leases:
+                    if lease.ack_id in stale:
+                        lease.lost = True
+                        log.warning(
+                            "queue %r, task %r: Pub/Sub took the lease back before it ended"
+                            " (renewed too late); the holder will get TaskLeaseExpiredError",
+                            queue,
+                            lease.delivery.name,
+                        )
+                    else:
+                        lease.held_until = now + seconds
+        finally:
+            for lease in locked:
+                lease.lock.release()
+
+    # Changing and ending leases
+
+    def modify_lease(self, queue: str, task: Task, lease_seconds: float) -> None:
+        lease = self._current(queue, task)
+        with lease.lock:
+            now = time.time()
+            self._check_current(lease, task, now)
+            seconds = self._deadline_for(lease_seconds)
+            source = lease.delivery.subscription
+            if self.rpc.modify(source, [lease.ack_id], seconds, queue=queue):
+                self._book.remove(lease)
+                raise TaskLeaseExpiredError(
+                    "Pub/Sub no longer holds this lease for you (it ended, or the task was"
+                    " leased again); lease the task again",
+                    queue=queue,
+                    task=task.name,
+                )
+            if lease_seconds == 0:
+                self._book.remove(lease)
+            lease.expires = now + lease_seconds
+            lease.held_until = now + seconds
+        task.eta_posix = lease.expires
+        task.lease_token = lease.ack_id
+        if lease.needs_keeper():
+            self._keeper.poke()
+
+    def _current(self, queue: str, task: Task) -> Lease:
+        lease = self._book.find(queue, task)
+        if lease is None and self._book.was_deleted(queue, task.name or ""):
+            raise TombstonedTaskError(
+                "the task was deleted; its lease cannot change", queue=queue, task=task.name
+            )
+        if lease is None:
+            raise TaskLeaseExpiredError(
+                "this process holds no lease on the task (on Pub/Sub a lease lives with the"
+                " process that took it, and only its holder can change or delete the task);"
+                " lease the task again",
+                queue=queue,
+                task=task.name,
+            )
+        return lease
+
+    @staticmethod
+    def _check_current(lease: Lease, task: Task, now: float) -> None:
+        if lease.lost:
+            raise TaskLeaseExpiredError(
+                "Pub/Sub took this lease back before it ended (it could not be renewed in"
+                " time); lease the task again",
+                queue=lease.queue,
+                task=task.name,
+            )
+        if lease.expires <= now:
+            raise TaskLeaseExpiredError(
+                "the lease has expired; lease the task again", queue=lease.queue, task=task.name
+            )
+
+    def delete(self, queue: str, tasks: Sequence[Task]) -> list[bool]:
+        """Acknowledge each task's lease; raises TaskLeaseExpiredError for the first task whose
+        lease is gone, after deleting the others (their was_deleted is then already True)."""
+        self.topology(queue)
+        results = [False] * len(tasks)
+        failures: list[Error] = []
+        by_source: dict[str, list[tuple[int, Lease]]] = defaultdict(list)
+        for i, task in enumerate(tasks):
+            lease = self._book.find(queue, task)
+            if lease is None:
+                if not self._book.was_deleted(queue, task.name or ""):
+                    failures.append(self._no_lease(queue, task))
+                continue
+            if lease.lost:
+                failures.append(self._no_lease(queue, task))
+                continue
+            by_source[lease.delivery.subscription].append((i, lease))
+        deleted: list[str] = []
+        for source, items in by_source.items():
+            items.sort(key=lambda item: item[1].ack_id)
+            for _, lease in items:
+                lease.lock.acquire()
+            try:
+                # Another thread may have deleted or released one while we waited for its lock.
+                items = [(i, lease) for i, lease in items if self._book.holds(lease)]
+                stale = self.rpc.ack(source, [le.ack_id for _, le in items], queue=queue)
+                for i, lease in items:
+                    if lease.ack_id in stale:
+                        self._book.remove(lease)
+                        failures.append(
+                            TaskLeaseExpiredError(
+                                "Pub/Sub refused the delete: the lease ended and the task may"
+                                " be with another holder now; it stays in the queue",
+                                queue=queue,
+                                task=tasks[i].name,
+                            )
+                        )
+                    else:
+                        self._book.remove(lease, deleted=True)
+                        results[i] = True
+                        deleted.append(lease.delivery.name)
+            finally:
+                for _, lease in by_source[source]:
+                    lease.lock.release()
+        if self.names is not None and deleted:
+            self.names.tombstone(queue, deleted)
+        if failures:
+            for task, done in zip(tasks, results, strict=True):
+                if done:
+                    task.was_deleted = True
+            raise failures[0]
+        return results
+
+    @staticmethod
+    def _no_lease(queue: str, task: Task) -> TaskLeaseExpiredError:
+        return TaskLeaseExpiredError(
+            "this process holds no current lease on the task; on Pub/Sub only the holder of a"
+            " task's lease can delete it: lease the task, then delete it",
+            queue=queue,
+            task=task.name,
+        )
+
+    # Whole queue
+
+    def purge(self, queue: str) -> None:
+        """Seek every subscription of the queue to now: every task published so far is gone."""
+        topology = self.topology(queue)
+        when = time.time()
+        for source in topology.sources:
+            self.rpc.seek(source, when, queue=queue)
+        self._book.drop_queue(queue)
+        if self.names is not None:
+            self.names.purge(queue)
+
+    def stats(self, queue: str) -> QueueStats:
+        """What this process knows: its leases and held tasks. Pub/Sub's API does not count a
+        backlog (Cloud Monitoring does, minutes late), so `approximate` is always True."""
+        self.topology(queue)
+        now = time.time()
+        leased = [le for le in self._book.leases(queue) if not le.lost and le.expires > now]
+        held = self._book.held_count(queue)
+        return QueueStats(
+            queue=queue,
+            tasks=len(leased) + held,
+            oldest_eta=None,
+            leased=len(leased),
+            approximate=True,
+        )
+
+    def close(self) -> None:
+        """Stop the keeper and give back every lease and held task this process still has."""
+        if self._closed:
+            return
+        self._closed = True
+        self._keeper.stop()
+        leases, held = self._book.take_everything()
+        now = time.time()
+        try:
+            by_source: dict[tuple[str, str], list[str]] = defaultdict(list)
+            for lease in leases:
+                if not lease.lost and lease.expires > now:
+                    by_source[(lease.queue, lease.delivery.subscription)].append(lease.ack_id)
+            for (queue, source), ack_ids in by_source.items():
+                self.rpc.modify(source, ack_ids, 0, queue=queue)
+            for queue, deliveries in held.items():
+                self._release_held(queue, deliveries)
+        except Error as exc:
+            log.warning(
+                "closing %s: could not give leases back (%s); they return to their queues"
+                " when their ack deadlines run out",
+                self.url,
+                exc,
+            )
+        finally:
+            self.rpc.close()
+
+
+def _of_tag(tag: str) -> Wanted:
+    return lambda delivery: delivery.tag == tag
+
+
+def from_url(url: SplitResult, options: dict[str, Any]) -> PubSubBackend:
+    """Build a PubSubBackend for `pubsub://PROJECT` (options: settings, auto_create, names)."""
+    if url.path not in ("", "/") or url.query or url.fragment:
+        raise ConfigurationError(
+            f"expected pubsub://PROJECT, got {url.geturl()!r} (no path or query)"
+        )
+    return PubSubBackend(
+        url.netloc,
+        settings=options.get("settings"),
+        auto_create=options.get("auto_create"),
+        names=options.get("names"),
+    )

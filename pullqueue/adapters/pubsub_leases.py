@@ -1,0 +1,225 @@
+"""This process's Pub/Sub leases and held deliveries: who holds what, until when, thread-safe.
+
+The Pub/Sub adapter and its lease keeper share this book; it does no I/O, so every decision
+about a lease (is it current, is it due for renewal, may it be served) is made here under one lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from pullqueue.adapters.pubsub_wire import Delivery
+from pullqueue.task import Task
+
+RECENT_NAMES = 100_000
+"""Names of deleted tasks remembered, so deleting one again says 'already gone'."""
+COUNTED_MESSAGES = 100_000
+"""Messages whose deliveries this process consumed without handing them out, remembered."""
+EXPIRED_GRACE = 60.0
+"""Seconds a lease's record outlives its expiry (a delete may still reach Pub/Sub in time)."""
+
+
+@dataclass(eq=False)
+class Lease:
+    """One task leased by this process: the delivery it came from and how long it lasts."""
+
+    queue: str
+    delivery: Delivery
+    expires: float
+    """The lease's end (POSIX seconds): the task's eta_posix as the holder sees it."""
+    held_until: float
+    """Until when Pub/Sub's ack deadline is known to run (a lower bound, POSIX seconds)."""
+    lost: bool = False
+    """Pub/Sub took the lease back before it ended (a renewal came too late)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Orders the holder's modify/delete and the keeper's renewal of this one lease."""
+
+    @property
+    def ack_id(self) -> str:
+        return self.delivery.ack_id
+
+    def needs_keeper(self) -> bool:
+        """True while the lease ends after what Pub/Sub currently holds for it."""
+        return not self.lost and self.expires > self.held_until
+
+
+@dataclass
+class _Held:
+    delivery: Delivery
+    release_at: float
+
+
+class LeaseBook:
+    """Leases by ack id and by task name, held deliveries per queue, and delivery counts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._leases: dict[str, Lease] = {}
+        self._by_name: dict[tuple[str, str], list[str]] = {}
+        self._held: dict[str, OrderedDict[str, _Held]] = {}
+        self._deleted: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._skipped: OrderedDict[str, int] = OrderedDict()
+
+    # Leases
+
+    def add(self, leases: Iterable[Lease]) -> None:
+        with self._lock:
+            for lease in leases:
+                self._leases[lease.ack_id] = lease
+                key = (lease.queue, lease.delivery.name)
+                self._by_name.setdefault(key, []).append(lease.ack_id)
+
+    def find(self, queue: str, task: Task) -> Lease | None:
+        """The lease behind a task: by its lease token, else the newest lease of its name."""
+        with self._lock:
+            if task.lease_token is not None:
+                lease = self._leases.get(task.lease_token)
+                if lease is not None and lease.queue == queue and lease.delivery.name == task.name:
+                    return lease
+            ack_ids = self._by_name.get((queue, task.name or ""))
+            return self._leases[ack_ids[-1]] if ack_ids else None
+
+    def remove(self, lease: Lease, *, deleted: bool = False) -> None:
+        """Forget a lease (acked, released or lost); deleted=True remembers its name as gone."""
+        with self._lock:
+            self._forget(lease)
+            if deleted:
+                key = (lease.queue, lease.delivery.name)
+                self._deleted[key] = None
+                self._deleted.move_to_end(key)
+                while len(self._deleted) > RECENT_NAMES:
+                    self._deleted.popitem(last=False)
+
+    def _forget(self, lease: Lease) -> None:
+        if self._leases.pop(lease.ack_id, None) is None:
+            return
+        key = (lease.queue, lease.delivery.name)
+        ack_ids = self._by_name.get(key, [])
+        if lease.ack_id in ack_ids:
+            ack_ids.remove(lease.ack_id)
+        if not ack_ids:
+            self._by_name.pop(key, None)
+
+    def holds(self, lease: Lease) -> bool:
+        """True while the lease is in the book (not deleted, released or forgotten)."""
+        with self._lock:
+            return self._leases.get(lease.ack_id) is lease
+
+    def was_deleted(self, queue: str, name: str) -> bool:
+        with self._lock:
+            return (queue, name) in self._deleted
+
+    def leases(self, queue: str | None = None) -> list[Lease]:
+        with self._lock:
+            return [le for le in self._leases.values() if queue is None or le.queue == queue]
+
+    def due(self, horizon: float) -> list[Lease]:
+        """Leases the keeper must renew now: they end after Pub/Sub's deadline, due by horizon."""
+        with self._lock:
+            return [
+                le for le in self._leases.values() if le.needs_keeper() and le.held_until <= horizon
+            ]
+
+    def needs_keeper(self) -> bool:
+        with self._lock:
+            return any(le.needs_keeper() for le in self._leases.values())
+
+    def sweep(self, now: float) -> None:
+        """Forget leases that ended more than EXPIRED_GRACE seconds ago."""
+        with self._lock:
+            for lease in [le for le in self._leases.values() if le.expires + EXPIRED_GRACE < now]:
+                self._forget(lease)
+
+    def drop_queue(self, queue: str) -> list[Lease]:
+        """Forget every lease and held delivery of a queue (after a purge); the leases."""
+        with self._lock:
+            dropped = [le for le in self._leases.values() if le.queue == queue]
+            for lease in dropped:
+                self._forget(lease)
+            self._held.pop(queue, None)
+            return dropped
+
+    # Held deliveries: pulled for no one yet, served to this process's next lease calls
+
+    def hold(
+        self, queue: str, deliveries: Iterable[Delivery], until: float, limit: int
+    ) -> list[Delivery]:
+        """Keep deliveries until `until`, at most `limit` per queue; the ones that did not fit."""
+        overflow: list[Delivery] = []
+        with self._lock:
+            held = self._held.setdefault(queue, OrderedDict())
+            for delivery in deliveries:
+                if len(held) < limit:
+                    held[delivery.ack_id] = _Held(delivery, until)
+                else:
+                    overflow.append(delivery)
+        return overflow
+
+    def room(self, queue: str, limit: int) -> int:
+        with self._lock:
+            return max(limit - len(self._held.get(queue, ())), 0)
+
+    def take_held(
+        self, queue: str, wanted: Callable[[Delivery], bool] | None, limit: int
+    ) -> list[Delivery]:
+        """Remove and return up to limit held deliveries of the queue that `wanted` accepts."""
+        with self._lock:
+            held = self._held.get(queue)
+            if not held:
+                return []
+            taken = [h.delivery for h in held.values() if wanted is None or wanted(h.delivery)][
+                :limit
+            ]
+            for delivery in taken:
+                del held[delivery.ack_id]
+            return taken
+
+    def held_due(self, now: float) -> dict[str, list[Delivery]]:
+        """Remove and return, per queue, the held deliveries whose time is up."""
+        due: dict[str, list[Delivery]] = {}
+        with self._lock:
+            for queue, held in self._held.items():
+                expired = [ack for ack, h in held.items() if h.release_at <= now]
+                if expired:
+                    due[queue] = [held.pop(ack).delivery for ack in expired]
+        return due
+
+    def next_release(self) -> float | None:
+        with self._lock:
+            times = [h.release_at for held in self._held.values() for h in held.values()]
+        return min(times, default=None)
+
+    def held_count(self, queue: str) -> int:
+        with self._lock:
+            return len(self._held.get(queue, ()))
+
+    def take_everything(self) -> tuple[list[Lease], dict[str, list[Delivery]]]:
+        """Every lease and held delivery, forgotten (the backend is closing)."""
+        with self._lock:
+            leases = list(self._leases.values())
+            held = {q: [h.delivery for h in hs.values()] for q, hs in self._held.items()}
+            self._leases.clear()
+            self._by_name.clear()
+            self._held.clear()
+            return leases, held
+
+    # Deliveries consumed without a lease (ETA deferrals, releases of held tasks)
+
+    def skipped(self, deliveries: Iterable[Delivery]) -> None:
+        with self._lock:
+            for delivery in deliveries:
+                key = delivery.message_id
+                self._skipped[key] = self._skipped.get(key, 0) + 1
+                self._skipped.move_to_end(key)
+            while len(self._skipped) > COUNTED_MESSAGES:
+                self._skipped.popitem(last=False)
+
+    def retry_count(self, delivery: Delivery) -> int:
+        """Leases of the message so far, this one included: Pub/Sub's delivery attempt less the
+        deliveries this process consumed without handing the task out."""
+        with self._lock:
+            skipped = self._skipped.get(delivery.message_id, 0)
+        return max(delivery.attempt - skipped, 1)

@@ -1,0 +1,210 @@
+"""Finds, checks and (with auto_create) creates the topics and subscriptions of one queue.
+
+The ids and filters come from pubsub_layout, the same definition the Terraform module uses; a
+subscription that exists with another filter or without exactly-once delivery is refused, since
+the adapter's guarantees rest on both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from google.api_core import exceptions as gexc
+
+from pullqueue.adapters.pubsub_errors import PROVISION_HINT
+from pullqueue.adapters.pubsub_layout import QueueLayout, tag_filter
+from pullqueue.adapters.pubsub_rpc import PubSubRpc
+from pullqueue.adapters.pubsub_wire import SubscriptionRule
+from pullqueue.config import Settings
+from pullqueue.errors import ConfigurationError, NotProvisionedError, PermissionDeniedError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class QueueTopology:
+    """Where one queue's tasks are published and leased from, and the subscriptions' limits."""
+
+    layout: QueueLayout
+    topic: str
+    workers: str
+    """Path of the worker subscription (every task but those of declared tags)."""
+    tags: Mapping[str, str]
+    """Declared tag -> path of its filtered subscription."""
+    rules: Mapping[str, SubscriptionRule]
+    """Subscription path -> which messages it serves (its filter, evaluated here too)."""
+    ack_deadline: int
+    """The shortest ack deadline (s) of the subscriptions: a pulled message is ours that long."""
+    max_attempts: int
+    """Deliveries before Pub/Sub dead-letters a message (its dead-letter policy)."""
+    retention: float
+    """Seconds an unacknowledged message is kept after it was published."""
+    verified: bool
+    """False when the subscriptions could not be read (no pubsub.subscriptions.get)."""
+
+    @property
+    def sources(self) -> list[str]:
+        """Every subscription leases pull from: the worker one, then each declared tag's."""
+        return [self.workers, *self.tags.values()]
+
+
+def _seconds(duration: Any) -> float:
+    """A retention as seconds (proto-plus gives a timedelta)."""
+    return float(duration.total_seconds())
+
+
+class Provisioner:
+    """Checks a queue's resources once, creating what is missing when auto_create is on."""
+
+    def __init__(self, rpc: PubSubRpc, settings: Settings, auto_create: bool) -> None:
+        self.rpc = rpc
+        self.settings = settings
+        self.auto_create = auto_create
+
+    def open(self, layout: QueueLayout) -> QueueTopology:
+        """The queue's topology, after checking (and with auto_create creating) its resources."""
+        queue = layout.queue
+        topic = self.rpc.topic_path(layout.topic_id)
+        dead_letter_topic = self.rpc.topic_path(layout.dead_letter_topic_id)
+        if self.auto_create:
+            self._ensure_topic(topic, queue)
+            self._ensure_topic(dead_letter_topic, queue)
+            self._ensure_subscription(
+                self.rpc.subscription_path(layout.dead_letter_subscription_id),
+                {"topic": dead_letter_topic, "ack_deadline_seconds": 600},
+                queue,
+            )
+        wanted = {self.rpc.subscription_path(layout.worker_subscription_id): layout.worker_filter}
+        tags: dict[str, str] = {}
+        rules: dict[str, SubscriptionRule] = {}
+        declared = frozenset(layout.declared_tags)
+        workers = self.rpc.subscription_path(layout.worker_subscription_id)
+        rules[workers] = SubscriptionRule(tag=None, declared=declared)
+        for tag in layout.declared_tags:
+            path = self.rpc.subscription_path(layout.tag_subscription_id(tag))
+            wanted[path] = tag_filter(tag)
+            tags[tag] = path
+            rules[path] = SubscriptionRule(tag=tag, declared=declared)
+        deadlines: list[int] = []
+        attempts: list[int] = []
+        retentions: list[float] = []
+        verified = True
+        for path, expected_filter in wanted.items():
+            found = self._subscription(path, queue)
+            if found is None and self.auto_create:
+                found = self._ensure_subscription(
+                    path,
+                    {
+                        "topic": topic,
+                        "filter": expected_filter,
+                        "ack_deadline_seconds": self.settings.pubsub_ack_deadline,
+                        "enable_exactly_once_delivery": True,
+                        "message_retention_duration": {
+                            "seconds": self.settings.pubsub_retention_seconds
+                        },
+                        "dead_letter_policy": {
+                            "dead_letter_topic": dead_letter_topic,
+                            "max_delivery_attempts": self.settings.pubsub_max_delivery_attempts,
+                        },
+                    },
+                    queue,
+                )
+            if found is None:
+                raise NotProvisionedError(
+                    f"Pub/Sub subscription {path} does not exist: {PROVISION_HINT}", queue=queue
+                )
+            if found is False:
+                verified = False
+                continue
+            self._check(found, path, topic, expected_filter, queue)
+            deadlines.append(int(found.ack_deadline_seconds))
+            attempts.append(int(found.dead_letter_policy.max_delivery_attempts))
+            retentions.append(_seconds(found.message_retention_duration))
+        return QueueTopology(
+            layout=layout,
+            topic=topic,
+            workers=workers,
+            tags=tags,
+            rules=rules,
+            ack_deadline=min(deadlines, default=self.settings.pubsub_ack_deadline),
+            max_attempts=min(attempts, default=self.settings.pubsub_max_delivery_attempts),
+            retention=min(retentions, default=float(self.settings.pubsub_retention_seconds)),
+            verified=verified,
+        )
+
+    def _check(self, found: Any, path: str, topic: str, expected_filter: str, queue: str) -> None:
+        problems = []
+        if found.topic != topic:
+            problems.append(f"it is attached to {found.topic!r}, not {topic!r}")
+        if found.filter != expected_filter:
+            problems.append(
+                f"its filter is {found.filter!r} where the declared tags"
+                f" ({self._declared(queue)}) need {expected_filter!r}"
+            )
+        if not found.enable_exactly_once_delivery:
+            problems.append("exactly-once delivery is off (a lease could go to two holders)")
+        if not found.dead_letter_policy.dead_letter_topic:
+            problems.append("it has no dead-letter policy (retry counts need delivery attempts)")
+        if problems:
+            raise ConfigurationError(
+                f"Pub/Sub subscription {path} does not match the queue's layout: "
+                + "; ".join(problems)
+                + ". Recreate it with the Terraform module terraform/modules/pullqueue (a"
+                " subscription's filter cannot change), or set PULLQUEUE_PUBSUB_DECLARED_TAGS"
+                " to the tags it was created with",
+                queue=queue,
+            )
+
+    def _declared(self, queue: str) -> str:
+        tags = self.settings.pubsub_declared_tags.get(queue, [])
+        return "declared: " + ", ".join(tags) if tags else "none declared"
+
+    def _subscription(self, path: str, queue: str) -> Any:
+        """The subscription, None when missing, False when we may not read it."""
+
+        def get(timeout: float) -> Any:
+            try:
+                return self.rpc.subscriber.get_subscription(
+                    request={"subscription": path}, retry=None, timeout=timeout
+                )
+            except gexc.NotFound:
+                return None
+
+        try:
+            return self.rpc.call(get, queue=queue, resource=path)
+        except PermissionDeniedError:
+            log.warning(
+                "cannot read Pub/Sub subscription %s (no pubsub.subscriptions.get): its filter"
+                " and exactly-once delivery are not checked; grant roles/pubsub.viewer to check",
+                path,
+            )
+            return False
+
+    def _ensure_topic(self, topic: str, queue: str) -> None:
+        def create(timeout: float) -> None:
+            try:
+                self.rpc.publisher.get_topic(request={"topic": topic}, retry=None, timeout=timeout)
+            except gexc.NotFound:
+                with contextlib.suppress(gexc.AlreadyExists):
+                    self.rpc.publisher.create_topic(
+                        request={"name": topic}, retry=None, timeout=timeout
+                    )
+
+        self.rpc.call(create, queue=queue, resource=topic)
+
+    def _ensure_subscription(self, path: str, spec: dict[str, Any], queue: str) -> Any:
+        def create(timeout: float) -> Any:
+            try:
+                return self.rpc.subscriber.create_subscription(
+                    request={"name": path, **spec}, retry=None, timeout=timeout
+                )
+            except gexc.AlreadyExists:
+                return self.rpc.subscriber.get_subscription(
+                    request={"subscription": path}, retry=None, timeout=timeout
+                )
+
+        return self.rpc.call(create, queue=queue, resource=path)
