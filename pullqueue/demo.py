@@ -361,7 +361,8 @@ def _watch(
 
 def render(result: DemoResult, console: Console) -> None:
     """Print the reconciliation table and the verdict."""
-    table = Table(title=f"queue {result.queue!r}: {result.source} -> {result.destination}")
+    console.print(f"queue {result.queue!r}: {result.source} -> {result.destination}")
+    table = Table()
     for column in ("tag", "produced", "migrated", "processed", "sum produced", "sum counted"):
         table.add_column(column, justify="left" if column == "tag" else "right")
     table.add_column("", justify="center")
