@@ -200,6 +200,41 @@ def test_worker_environment_points_settings_at_the_same_ids(
         assert from_env.worker_filter == layout.worker_filter
 
 
+def test_worker_environment_never_overstates_a_subscriptions_limits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that may not read its subscriptions assumes the smallest value of any queue."""
+    variables = {
+        "project_id": "my-project",
+        "queues": {
+            "fast": {"ack_deadline_seconds": 20, "message_retention_duration": "86400s"},
+            "slow": {"max_delivery_attempts": 12, "ack_deadline_seconds": 300},
+            "defaults": {},
+        },
+    }
+    outputs = evaluate_layout(tmp_path, variables)
+    for key, value in outputs["worker_environment"].items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+
+    assert settings.pubsub_ack_deadline == 20
+    assert settings.pubsub_max_delivery_attempts == 12
+    assert settings.pubsub_retention_seconds == 86400
+
+
+def test_worker_environment_of_no_queue_is_still_valid_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outputs = evaluate_layout(tmp_path, {"project_id": "my-project", "queues": {}})
+    for key, value in outputs["worker_environment"].items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+
+    assert settings.pubsub_declared_tags == {}
+    assert settings.pubsub_ack_deadline == 600
+    assert settings.pubsub_retention_seconds == 31 * 24 * 3600
+
+
 REJECTED = {
     "name starting with a digit, no prefix": ("", {"2nd-pass": {}}, "Set prefix"),
     "two-letter name, no prefix": ("", {"ab": {}}, "Set prefix"),
@@ -365,15 +400,14 @@ def test_queue_defaults_hold_legacy_etas_and_the_legacy_retry_count() -> None:
     assert 10 <= int(defaults["ack_deadline_seconds"]) <= 600
 
 
-def test_queue_defaults_are_what_the_adapters_auto_create_makes() -> None:
-    """A subscription from Terraform and one from auto_create behave the same by default."""
+def test_queue_defaults_agree_with_the_adapters_auto_create() -> None:
+    """Terraform's subscriptions keep tasks at least as long as auto_create's and lease alike."""
     defaults = queue_variable_defaults()
     fields = Settings.model_fields
     assert int(defaults["ack_deadline_seconds"]) == fields["pubsub_ack_deadline"].default
     assert int(defaults["max_delivery_attempts"]) == fields["pubsub_max_delivery_attempts"].default
-    assert (
-        defaults["message_retention_duration"] == f'"{fields["pubsub_retention_seconds"].default}s"'
-    )
+    retention = int(defaults["message_retention_duration"].strip('"s'))
+    assert retention >= fields["pubsub_retention_seconds"].default
 
 
 def test_iam_is_least_privilege() -> None:

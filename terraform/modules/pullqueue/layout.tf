@@ -51,11 +51,18 @@ locals {
     ]...)
   )
 
-  # The environment a worker needs to find these resources (pullqueue.config.Settings).
+  # The environment a worker needs to find these resources (pullqueue.config.Settings). The last
+  # three are what the adapter assumes when it may not read a subscription: the smallest value
+  # of any queue (and at most Pub/Sub's maximum), so the assumption never exceeds the real one.
   worker_environment = {
-    PULLQUEUE_URL                  = "pubsub://${var.project_id}"
-    PULLQUEUE_PUBSUB_PREFIX        = var.prefix
-    PULLQUEUE_PUBSUB_DECLARED_TAGS = jsonencode({ for name, tags in local.declared_tags : name => tags if length(tags) > 0 })
+    PULLQUEUE_URL                          = "pubsub://${var.project_id}"
+    PULLQUEUE_PUBSUB_PREFIX                = var.prefix
+    PULLQUEUE_PUBSUB_DECLARED_TAGS         = jsonencode({ for name, tags in local.declared_tags : name => tags if length(tags) > 0 })
+    PULLQUEUE_PUBSUB_ACK_DEADLINE          = tostring(min(600, [for queue in values(var.queues) : queue.ack_deadline_seconds]...))
+    PULLQUEUE_PUBSUB_MAX_DELIVERY_ATTEMPTS = tostring(min(100, [for queue in values(var.queues) : queue.max_delivery_attempts]...))
+    PULLQUEUE_PUBSUB_RETENTION_SECONDS = tostring(min(2678400, [
+      for queue in values(var.queues) : tonumber(trimsuffix(queue.message_retention_duration, "s"))
+    ]...))
   }
 
   all_topic_ids        = flatten([for queue in values(local.layout) : [queue.topic_id, queue.dead_letter_topic_id]])

@@ -31,6 +31,6 @@ output "dead_letter_subscription_ids" {
 }
 
 output "worker_environment" {
-  description = "Environment for workers and producers: PULLQUEUE_URL, PULLQUEUE_PUBSUB_PREFIX, PULLQUEUE_PUBSUB_DECLARED_TAGS."
+  description = "Environment for workers and producers: PULLQUEUE_URL, PULLQUEUE_PUBSUB_PREFIX, PULLQUEUE_PUBSUB_DECLARED_TAGS, and the smallest ack deadline, attempts and retention of any queue (assumed for subscriptions the worker may not read)."
   value       = local.worker_environment
 }
