@@ -44,6 +44,9 @@ MAX_DESTINATION_FAILURES = 3
 """Batches in a row the destination may fail (after retries) before the drain stops."""
 DELETE_ATTEMPTS = 5
 
+EMPTY = "the source stayed empty"
+STOPPED_EARLY = "not moved: the drain stopped before the source was empty (run it again)"
+
 ProgressCallback = Callable[[MigrationReport], None]
 _DUPLICATE = (TaskAlreadyExistsError, TombstonedTaskError)
 _LEASE_GONE = (TaskLeaseExpiredError, TombstonedTaskError, BadTaskStateError)
@@ -207,6 +210,7 @@ class _Drain:
         self._failed: dict[str, str] = {}
         self._undeleted: set[str] = set()
         self._hold_until = 0.0
+        self._batch = 0
         self._pool: ThreadPoolExecutor | None = None
         self._dest_failures = 0
         self._empty = Backoff(0.05, 1.0)
@@ -326,7 +330,7 @@ class _Drain:
             if not self.follow and quiet_for >= self.quiet_period:
                 delay = self._time_to_wait()
                 if delay is None:
-                    self.report.stopped = "the source stayed empty"
+                    self.report.stopped = EMPTY
                     return
                 self._wait(delay)
                 self.wait_budget -= delay
@@ -356,7 +360,7 @@ class _Drain:
             if self.stop.wait(delay):
                 return None
         if self.journal is not None:
-            self.journal.lease_starting(
+            self._batch = self.journal.lease_starting(
                 self.source.backend.now() + self.lease_seconds + LEASE_CLOCK_SLACK
             )
         try:
@@ -412,13 +416,19 @@ class _Drain:
             self._failed[task.name] = f"{type(error).__name__}: {error}"
             if leased:
                 self._held[task.name] = task
-        unsure = [name for name in (t.name for t in sent.unsent) if name in sent.uncertain]
+        unsure = [t.name for t in sent.unsent if t.name and t.name in sent.uncertain]
         sure = [t.name for t in sent.unsent if t.name and t.name not in sent.uncertain]
-        if self.journal is not None:
-            self.journal.forget(failed_names + sure)
-            self.journal.mark_in_doubt([name for name in unsure if name])
         if leased:
             self.report.released += self._release(sent.unsent)
+        if self.journal is not None:
+            if leased:
+                self.journal.mark_failed(failed_names)
+                self.journal.forget(sure)
+            else:
+                self.journal.forget(failed_names + sure)
+            self.journal.mark_in_doubt(unsure)
+            if leased:
+                self.journal.settled(self._batch)
         if sent.error is not None and sent.fatal:
             raise _Stop(sent.error)
         if sent.unsent:
@@ -605,20 +615,29 @@ class _Drain:
         backend = self.source.backend
         now = backend.now()
         failed = set(self._failed)
+        stopped_early = self.report.stopped != EMPTY
         if self.listing:
             assert isinstance(backend, ListingBackend)
             left = [t for t in backend.list_tasks(self.source.name) if t.name not in failed]
             future = [t for t in left if t.eta_posix and t.eta_posix > now and not t.retry_count]
             held = [t for t in left if t.eta_posix and t.eta_posix > now and t.retry_count]
-            self._add_waiting("with a future ETA (added after the listing pass)", future)
+            waiting = {t.name for t in future} | {t.name for t in held}
+            available = [t for t in left if t.name not in waiting]
+            self._add_waiting("with a future ETA (not copied yet)", future)
             self._add_waiting("leased by another holder (ETA = lease end)", held)
-            self.report.unexplained = len(left) - len(future) - len(held)
+            if stopped_early:
+                self._add_waiting(STOPPED_EARLY, available)
+            else:
+                self.report.unexplained = len(available)
             return
         stats = self.source.stats()
         others = stats.tasks - len(failed)
         if others <= 0:
             return
-        if stats.oldest_eta is not None and stats.oldest_eta > now:
+        if stopped_early:
+            self.report.still_waiting += others
+            self.report.waiting.append(Waiting(STOPPED_EARLY, others, iso(stats.oldest_eta)))
+        elif stats.oldest_eta is not None and stats.oldest_eta > now:
             self.report.still_waiting += others
             self.report.waiting.append(
                 Waiting(

@@ -27,6 +27,8 @@ WRITTEN = 1
 IN_DOUBT = 2
 """In flight when a run crashed (or after an add whose outcome was unknown): the destination
 may or may not have it, so sending it again may make a duplicate."""
+FAILED = 3
+"""Refused by the destination: not there; the run holds its lease until it ends."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -38,12 +40,14 @@ CREATE TABLE IF NOT EXISTS runs (
     lease_calls INTEGER NOT NULL DEFAULT 0,
     lease_calls_recorded INTEGER NOT NULL DEFAULT 0,
     holds_until REAL NOT NULL DEFAULT 0,
+    settled_batch INTEGER NOT NULL DEFAULT 0,
     report TEXT
 );
 CREATE TABLE IF NOT EXISTS tasks (
     name TEXT PRIMARY KEY,
     state INTEGER NOT NULL,
     run INTEGER NOT NULL,
+    batch INTEGER NOT NULL,
     lease_token TEXT,
     lease_expires REAL
 ) WITHOUT ROWID;
@@ -106,6 +110,7 @@ class Journal:
             self._release_lock()
             raise
         self.run: int | None = None
+        self.batch = 0
 
     @staticmethod
     def _lock(path: Path) -> int:
@@ -165,51 +170,58 @@ class Journal:
                 (time.time(), lease_seconds),
             )
             self.run = cursor.lastrowid
+        self.batch = 0
         return [CrashedRun(run, holds_until, bool(recorded)) for run, holds_until, recorded in rows]
 
     def held_leases(self, runs: Iterable[int], now: float) -> list[HeldLease]:
-        """Leases the given (crashed) runs recorded that have not yet run out at `now`."""
-        wanted = list(runs)
-        if not wanted:
-            return []
-        marks = ",".join("?" * len(wanted))
-        rows = self._db.execute(
-            f"SELECT name, lease_token, lease_expires FROM tasks WHERE state = ? AND run IN"
-            f" ({marks}) AND lease_token IS NOT NULL AND lease_expires > ?",
-            (IN_DOUBT, *wanted, now),
-        ).fetchall()
-        return [HeldLease(name, token, expires) for name, token, expires in rows]
+        """Leases the given (crashed) runs still held at `now`: those of batches they had not
+        settled (written and deleted, or released), and of tasks they held as failed."""
+        held: list[HeldLease] = []
+        for run in runs:
+            rows = self._db.execute(
+                "SELECT name, lease_token, lease_expires FROM tasks WHERE run = ?"
+                " AND (batch > (SELECT settled_batch FROM runs WHERE id = ?) OR state = ?)"
+                " AND lease_token IS NOT NULL AND lease_expires > ?",
+                (run, run, FAILED, now),
+            ).fetchall()
+            held += [HeldLease(name, token, expires) for name, token, expires in rows]
+        return held
 
-    def lease_starting(self, holds_until: float) -> None:
-        """Record, before a lease call, that this run may hold leases until holds_until."""
+    def lease_starting(self, holds_until: float) -> int:
+        """Record, before a lease call, that this run may hold leases until holds_until;
+        return the call's batch number."""
+        self.batch += 1
         self._db.execute(
-            "UPDATE runs SET lease_calls = lease_calls + 1,"
-            " holds_until = max(holds_until, ?) WHERE id = ?",
-            (holds_until, self.run),
+            "UPDATE runs SET lease_calls = ?, holds_until = max(holds_until, ?) WHERE id = ?",
+            (self.batch, holds_until, self.run),
         )
+        return self.batch
 
     def record_leases(self, tasks: Sequence[Task]) -> dict[str, int]:
-        """Record what one lease call returned (maybe nothing); return the earlier state of the
-        tasks the journal already knew. WRITTEN tasks stay so; IN_DOUBT ones stay in doubt."""
-        return self._record(tasks, leased=True)
+        """Record what the last lease call returned (maybe nothing); return the earlier state
+        of the tasks the journal knew. WRITTEN stays so; IN_DOUBT stays in doubt."""
+        return self._record(tasks, self.batch)
 
     def record_listed(self, tasks: Sequence[Task]) -> dict[str, int]:
         """Record tasks about to be copied from a listing (not leased); as record_leases."""
-        return self._record(tasks, leased=False)
+        return self._record(tasks, None)
 
-    def _record(self, tasks: Sequence[Task], *, leased: bool) -> dict[str, int]:
+    def _record(self, tasks: Sequence[Task], batch: int | None) -> dict[str, int]:
         names = [task.name for task in tasks if task.name is not None]
+        leased = batch is not None
         with self._transaction() as db:
             known = self._states(db, names) if names else {}
             db.executemany(
-                "INSERT INTO tasks (name, state, run, lease_token, lease_expires)"
-                " VALUES (?, 0, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET run = excluded.run,"
-                " lease_token = excluded.lease_token, lease_expires = excluded.lease_expires"
-                " WHERE state != 1",
+                "INSERT INTO tasks (name, state, run, batch, lease_token, lease_expires)"
+                " VALUES (?, 0, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
+                " state = CASE WHEN state = 3 THEN 0 ELSE state END, run = excluded.run,"
+                " batch = excluded.batch, lease_token = excluded.lease_token,"
+                " lease_expires = excluded.lease_expires",
                 [
                     (
                         task.name,
                         self.run,
+                        batch or 0,
                         task.lease_token if leased else None,
                         task.eta_posix if leased else None,
                     )
@@ -223,6 +235,10 @@ class Journal:
                     (self.run,),
                 )
         return known
+
+    def settled(self, batch: int) -> None:
+        """Every task of lease call `batch` is deleted from the source or handed back."""
+        self._db.execute("UPDATE runs SET settled_batch = ? WHERE id = ?", (batch, self.run))
 
     @staticmethod
     def _states(db: sqlite3.Connection, names: Sequence[str]) -> dict[str, int]:
@@ -240,28 +256,31 @@ class Journal:
 
     def mark_written(self, names: Sequence[str]) -> None:
         """Record that the destination confirmed these tasks (one transaction)."""
-        if names:
-            with self._transaction() as db:
-                db.executemany(
-                    "UPDATE tasks SET state = 1, lease_token = NULL WHERE name = ?",
-                    [(name,) for name in names],
-                )
+        self._set_state(names, WRITTEN, "state != 1")
 
     def mark_in_doubt(self, names: Sequence[str]) -> None:
         """Record that an add of these tasks ended without a known outcome."""
+        self._set_state(names, IN_DOUBT, "state = 0")
+
+    def mark_failed(self, names: Sequence[str]) -> None:
+        """Record that the destination refused these tasks (they are not there)."""
+        self._set_state(names, FAILED, "state IN (0, 2)")
+
+    def _set_state(self, names: Sequence[str], state: int, where: str) -> None:
         if names:
             with self._transaction() as db:
                 db.executemany(
-                    "UPDATE tasks SET state = 2 WHERE name = ? AND state = 0",
-                    [(name,) for name in names],
+                    f"UPDATE tasks SET state = ? WHERE name = ? AND {where}",
+                    [(state, name) for name in names],
                 )
 
     def forget(self, names: Sequence[str]) -> None:
-        """Drop leased tasks known NOT to have reached the destination (released, failed)."""
+        """Drop tasks known NOT to be in the destination once handed back to the source."""
         if names:
             with self._transaction() as db:
                 db.executemany(
-                    "DELETE FROM tasks WHERE name = ? AND state = 0", [(name,) for name in names]
+                    "DELETE FROM tasks WHERE name = ? AND state IN (0, 3)",
+                    [(name,) for name in names],
                 )
 
     def written_count(self) -> int:
@@ -270,8 +289,10 @@ class Journal:
         return int(row[0])
 
     def finish_run(self, report: dict[str, object]) -> None:
-        """Mark the run finished (so a later run does not treat it as crashed)."""
+        """Mark the run finished (so a later run does not treat it as crashed); the failed
+        tasks it held are back in the source by now."""
         with self._transaction() as db:
+            db.execute("DELETE FROM tasks WHERE state = ?", (FAILED,))
             db.execute(
                 "UPDATE runs SET finished_at = ?, report = ? WHERE id = ?",
                 (time.time(), json.dumps(report), self.run),
