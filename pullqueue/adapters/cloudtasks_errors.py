@@ -152,6 +152,13 @@ def translate(
             task=task,
         )
     detail = _message(exc)
+    if status_of(exc) == "UNAUTHENTICATED":
+        return PermissionDeniedError(
+            f"the service rejected the credentials used to {action} ({detail}); renew them with "
+            "`gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS",
+            queue=queue,
+            task=task,
+        )
     legacy = legacy_code_of(exc)
     cls = _BY_LEGACY_CODE.get(legacy) if legacy else None
     if cls is None:

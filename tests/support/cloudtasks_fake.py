@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import requests
 import responses
 from google.appengine.api.taskqueue import taskqueue_service_bytes_pb2 as tq
 from google.appengine.api.taskqueue import taskqueue_stub
@@ -139,7 +140,10 @@ class ModelTask:
 
 @dataclass
 class Fault:
-    """A failure the fake answers an RPC with, `times` times; `after` runs the RPC first."""
+    """A failure the fake answers an RPC with, `times` times; `after` runs the RPC first.
+
+    `status` is an HTTP status, or 0 for a connection dropped before any reply.
+    """
 
     rpc: str
     status: int
@@ -308,8 +312,8 @@ class CloudTasksModel:
     ) -> Fault:
         """Answer the next `times` calls of rpc with HTTP status (a Google error body, or `body`).
 
-        With `after` the RPC runs first and only its reply is replaced: the service acted, the
-        client cannot know it.
+        Status 0 drops the connection instead. With `after` the RPC runs first and only its reply
+        is replaced: the service acted, and the client cannot know it.
         """
         if rpc not in RPCS:
             raise ValueError(f"unknown RPC {rpc!r}; one of {', '.join(RPCS)}")
@@ -435,6 +439,8 @@ class CloudTasksModel:
         raise AssertionError(f"the fake Cloud Tasks service has no {method} {path}")
 
     def _fault_reply(self, fault: Fault) -> tuple[int, dict[str, str], str]:
+        if fault.status == 0:
+            raise requests.ConnectionError("Connection reset by peer")
         if fault.body is not None:
             return fault.status, {"Content-Type": "application/json"}, fault.body
         name = _HTTP_STATUS.get(fault.status, "UNKNOWN")
