@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.demo import DemoOptions, destination, render, run_demo
 from pullqueue.errors import Error
 from pullqueue.task import Task
+from tests.support.emulators import shared_emulator_host
 
 PULLQUEUE = str(Path(sys.executable).with_name("pullqueue"))
 
@@ -118,3 +120,19 @@ def test_bad_options_say_what_to_fix(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "unknown URL scheme 'kafka'" in done.stderr
+
+
+def test_the_demo_reconciles_on_the_pubsub_emulator(tmp_path: Path) -> None:
+    host = shared_emulator_host("pubsub")
+    queue = f"demo-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run(
+        [PULLQUEUE, "demo", "--tasks", "1500", "--queue", queue],
+        cwd=tmp_path,
+        env=clean_env(PUBSUB_EMULATOR_HOST=host, COLUMNS="160"),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "-> pubsub://pullqueue-demo" in done.stdout
+    assert "reconciled: all 1500 tasks" in done.stdout
