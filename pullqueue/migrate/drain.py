@@ -297,10 +297,10 @@ class _Drain:
             try:
                 self.source.modify_lease(task, 0)
                 self.report.released_from_crashed_run += 1
-            except _LEASE_GONE:
-                pass
+            except (TombstonedTaskError, BadTaskStateError):
+                pass  # deleted since: nothing to hand back
             except Error:
-                all_released = False
+                all_released = False  # e.g. a lease that lives with the dead process (Pub/Sub)
         for run in crashed:
             if not (all_released and run.all_leases_recorded):
                 self._hold_until = max(self._hold_until, run.holds_until)
@@ -523,27 +523,43 @@ class _Drain:
         return Task(task.payload, name=task.name, tag=task.tag, eta=task.eta if keep_eta else None)
 
     def _delete(self, tasks: list[Task], *, leased: bool) -> None:
-        """Delete confirmed tasks from the source (leased ones by lease, listed ones by name)."""
+        """Delete confirmed tasks from the source (leased ones by lease, listed ones by name).
+
+        A task whose lease ended first (Pub/Sub refuses that delete) stays in the source as
+        written; it comes back to a later lease, and the journal has it deleted then.
+        """
         if not tasks:
             return
         items = tasks if leased else [Task(name=task.name) for task in tasks]
+        pending = items
+        stuck: list[Task] = []
         backoff = Backoff(0.1, 2.0)
         for attempt in range(DELETE_ATTEMPTS):
             try:
-                self.source.delete(items)
+                self.source.delete(pending)
+                break
+            except TaskLeaseExpiredError:
+                stuck = [task for task in pending if not task.was_deleted]
                 break
             except TransientError:
+                pending = [task for task in pending if not task.was_deleted]
                 if attempt == DELETE_ATTEMPTS - 1:
-                    self._undeleted.update(task.name for task in items if task.name)
-                    return
+                    stuck = pending
+                    break
                 time.sleep(backoff.next())
             except Error as exc:
-                self._undeleted.update(task.name for task in items if task.name)
+                self._count_deleted(items, [task for task in pending if not task.was_deleted])
                 raise _Stop(exc) from exc
+        self._count_deleted(items, stuck)
+
+    def _count_deleted(self, items: list[Task], stuck: list[Task]) -> None:
+        stuck_names = {task.name for task in stuck}
         for item in items:
             if item.was_deleted:
                 self.report.deleted += 1
                 self._undeleted.discard(item.name or "")
+            elif item.name in stuck_names:
+                self._undeleted.add(item.name or "")
             else:
                 self.report.gone_from_source += 1
 
@@ -579,6 +595,8 @@ class _Drain:
             return self._hold_until - now
         if self.wait_budget <= 0:
             return None
+        if self._undeleted:
+            return min(1.0, self.wait_budget)  # written tasks whose lease ended: due back
         try:
             stats = self.source.stats()
         except TransientError:
