@@ -444,7 +444,6 @@ class MemoryBackend:
     def purge(self, queue: str) -> None:
         with self._lock:
             state = self._queue(queue)
-            state.used_names.update(state.tasks)
             state.tasks.clear()
             state.waiting.clear()
             state.by_tag.clear()
