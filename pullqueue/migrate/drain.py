@@ -519,8 +519,19 @@ class _Drain:
 
     @staticmethod
     def _copy(task: Task, keep_eta: bool) -> Task:
-        """The destination's copy: same payload, name and tag; the ETA when not yet due."""
-        return Task(task.payload, name=task.name, tag=task.tag, eta=task.eta if keep_eta else None)
+        """The destination's copy: same payload, name and tag; the ETA when not yet due; the
+        retry limit less the attempts already made (the drain's own lease is not one)."""
+        limit = task.retry_limit
+        if limit is not None:
+            attempts = task.retry_count if keep_eta else task.retry_count - 1
+            limit = max(1, limit - max(attempts, 0))
+        return Task(
+            task.payload,
+            name=task.name,
+            tag=task.tag,
+            eta=task.eta if keep_eta else None,
+            retry_limit=limit,
+        )
 
     def _delete(self, tasks: list[Task], *, leased: bool) -> None:
         """Delete confirmed tasks from the source (leased ones by lease, listed ones by name).

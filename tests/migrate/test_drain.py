@@ -367,3 +367,21 @@ def test_report_json_has_every_count() -> None:
         assert key in data
     assert data["written"] == 5 and data["ok"] is True
     assert '"written": 5' in report.to_json()
+
+
+def test_a_retry_limit_moves_less_the_attempts_already_made() -> None:
+    def with_limit(real: Any, *args: Any, **kwargs: Any) -> Any:
+        tasks = real(*args, **kwargs)
+        for task in tasks:
+            task.retry_limit = 5
+            task.retry_count += 2  # leased twice by workers before the migration
+        return tasks
+
+    source, dest = queues(HookedListing(lease=with_limit))
+    fill(source, 3)
+    drain(source, dest, **FAST)
+    for _ in range(3):  # attempts left: 5 - 2 = 3
+        leased = dest.lease(0.001, 10)
+        assert len(leased) == 3
+        time.sleep(0.01)
+    assert dest.lease(60, 10) == []  # the limit is reached: the destination dropped them
