@@ -8,6 +8,7 @@ and on SIGTERM/SIGINT finishes what is running and releases the rest, so nothing
 
 from __future__ import annotations
 
+import inspect
 import logging
 import queue as queue_module
 import signal
@@ -60,6 +61,11 @@ class Worker:
     ) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
+        if inspect.iscoroutinefunction(handler):
+            raise TypeError(
+                f"handler {handler!r} is async; pass a plain function (call asyncio.run inside"
+                " it if it must await)"
+            )
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if tag is not None and group_by_tag:
@@ -120,6 +126,8 @@ class Worker:
         On the main thread with handle_signals, the first SIGTERM/SIGINT stops gracefully and a
         second one aborts. Returns the counters; raises the queue error that stopped it, if any.
         """
+        if self._threads:
+            raise RuntimeError("a Worker runs once; create a new Worker to run again")
         with self._signals(handle_signals):
             self._start()
             try:

@@ -381,3 +381,15 @@ def test_log_lines_are_key_value_and_json(caplog: pytest.LogCaptureFixture) -> N
     stopped = next(r for r in caplog.records if r.getMessage().startswith("event=stopped"))
     assert "processed=2" in stopped.getMessage()
     assert "failed=2" in stopped.getMessage()
+
+
+def test_a_worker_refuses_async_handlers_and_a_second_run() -> None:
+    async def handler(task: Task) -> None:
+        return None
+
+    with pytest.raises(TypeError, match="is async"):
+        Worker(new_queue(), handler)
+    worker = Worker(new_queue(), Recorder(), exit_when_idle=0, **FAST)
+    worker.run()
+    with pytest.raises(RuntimeError, match="runs once"):
+        worker.run()
