@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-import os
 import re
 import tempfile
 import threading
@@ -26,6 +25,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -39,6 +39,13 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from pullqueue import connect
 from pullqueue.adapters.cloudtasks import CloudTasksBackend
+from tests.support.appengine_testbed import (
+    ManualClock,
+    ModelTask,
+    QueueSpec,
+    QueueYaml,
+    stored_tasks,
+)
 
 HOST = "https://cloudtasks.googleapis.com"
 RPCS = (
@@ -111,31 +118,6 @@ _HTTP_MESSAGE = {
     503: "The service is currently unavailable.",
     504: "Deadline expired before operation could complete.",
 }
-
-
-class ManualClock:
-    """A clock a test moves by hand; it starts at the current whole second."""
-
-    def __init__(self, start: float | None = None) -> None:
-        self.now = float(int(time.time())) if start is None else float(start)
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        """Move the clock forward by seconds."""
-        self.now += seconds
-
-
-@dataclass(frozen=True)
-class ModelTask:
-    """A task as the service holds it (leased or not): its ETA is the lease expiry once leased."""
-
-    name: str
-    payload: bytes
-    tag: str | None
-    eta: float
-    retry_count: int
 
 
 @dataclass
@@ -223,15 +205,12 @@ class CloudTasksModel:
         """Every RPC served, as (rpc, queue)."""
         self.refused_leases = 0
         """LeaseTasks calls refused with RESOURCE_EXHAUSTED by the per-queue quota."""
-        self._root = root
-        self._queues: dict[str, str] = {}
+        self._queue_yaml = QueueYaml(Path(root))
         self._faults: list[Fault] = []
         self._buckets: dict[str, tuple[float, float]] = {}
         self._acks: dict[str, deque[float]] = {}
         self._lock = threading.RLock()
-        self._yaml_version = 0
         self.stub = taskqueue_stub.TaskQueueServiceStub(root_path=root, gettime=self.clock)
-        self._write_queue_yaml()
 
     @property
     def url(self) -> str:
@@ -251,8 +230,7 @@ class CloudTasksModel:
     def create_queue(self, name: str, *, mode: str = "pull") -> None:
         """Declare a queue (as queue.yaml would): `pull`, or `push` to test mode errors."""
         with self._lock:
-            self._queues[name] = mode
-            self._write_queue_yaml()
+            self._queue_yaml.declare(name, QueueSpec(mode))
 
     def seed(
         self,
@@ -289,17 +267,7 @@ class CloudTasksModel:
     def tasks(self, queue: str) -> list[ModelTask]:
         """Every task the service holds in the queue, leased or not, oldest ETA first."""
         with self._lock:
-            found = [
-                ModelTask(
-                    name=stored.task_name.decode(),
-                    payload=bytes(stored.body),
-                    tag=stored.tag.decode() if stored.HasField("tag") else None,
-                    eta=stored.eta_usec / 1_000_000,
-                    retry_count=stored.retry_count,
-                )
-                for stored in self._all_stored(queue)
-            ]
-        return sorted(found, key=lambda task: (task.eta, task.name))
+            return stored_tasks(self._rpc, queue)
 
     def fail(
         self,
@@ -328,19 +296,6 @@ class CloudTasksModel:
 
     # -- the stub ------------------------------------------------------------------------------
 
-    def _write_queue_yaml(self) -> None:
-        lines = ["queue:"]
-        for name, mode in sorted(self._queues.items()):
-            lines.append(f"- name: {name}")
-            lines.append("  mode: pull" if mode == "pull" else "  rate: 5/s")
-        if not self._queues:
-            lines = ["queue: []"]
-        path = os.path.join(self._root, "queue.yaml")
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write("\n".join(lines) + "\n")
-        self._yaml_version += 1
-        os.utime(path, (self._yaml_version, self._yaml_version))
-
     def _rpc(self, call: str, request: Any, response: Any) -> None:
         try:
             self.stub.MakeSyncCall("taskqueue", call, request, response)
@@ -365,16 +320,6 @@ class CloudTasksModel:
         response = tq.TaskQueueFetchTaskResponse()
         self._rpc("FetchTask", request, response)
         return response.task.task[0]
-
-    def _all_stored(self, queue: str) -> list[Any]:
-        found: list[Any] = []
-        start = ""
-        while True:
-            page = self._page(queue, start, 1000)
-            found.extend(page[:1000])
-            if len(page) <= 1000:
-                return found
-            start = page[1000].task_name.decode()
 
     def _page(self, queue: str, start: str, size: int) -> list[Any]:
         """Up to size + 1 tasks in name order from `start` (the extra one starts the next page)."""
@@ -469,10 +414,10 @@ class CloudTasksModel:
         self._buckets[queue] = (tokens - 1, now)
 
     def _require_queue(self, queue: str, *, pull: bool = True) -> None:
-        mode = self._queues.get(queue)
-        if mode is None:
+        spec = self._queue_yaml.queues.get(queue)
+        if spec is None:
             raise self._stub_error("UNKNOWN_QUEUE")
-        if pull and mode != "pull":
+        if pull and spec.mode != "pull":
             raise self._stub_error("INVALID_QUEUE_MODE")
 
     def _task_json(self, queue: str, stored: Any, view: int) -> dict[str, Any]:
@@ -639,7 +584,7 @@ class CloudTasksModel:
     def _GetQueue(self, queue: str, _: str, __: dict[str, Any], query: dict[str, str]) -> Any:
         self._require_queue(queue, pull=False)
         reply: dict[str, Any] = {"name": self._queue_name(queue), "state": 1}
-        if self._queues[queue] == "pull":
+        if self._queue_yaml.queues[queue].mode == "pull":
             reply["pullTarget"] = {}
         else:
             reply["appEngineHttpTarget"] = {}
