@@ -47,8 +47,8 @@ ATTEMPTS_RESERVE = 2
 """A task pullqueue gives back unleased this close to the dead-letter limit is republished."""
 RETENTION_RESERVE = 24 * 3600.0
 """... and so is one this close (seconds) to the end of the subscription's retention."""
-NEXT_PULL_WAIT = 0.5
-"""Seconds later pulls of one lease call wait on a subscription that looks empty."""
+NEXT_PULL_WAIT = 0.25
+"""Seconds a pull waits on an empty subscription once the lease call has tasks to answer with."""
 
 Wanted = Callable[[Delivery], bool]
 
@@ -59,7 +59,7 @@ class PubSubBackend:
     `names`, when given, is the registry that makes task names unique: names are claimed before
     publishing, given back when a publish fails and tombstoned after a successful delete.
     Without one a task's name travels in the `task_name` attribute and duplicates are not
-    detected. The registry is the caller's to close.
+    detected. The registry is the caller's to close, unless `close_names` hands it over.
     """
 
     def __init__(
@@ -69,6 +69,7 @@ class PubSubBackend:
         settings: Settings | None = None,
         auto_create: bool | None = None,
         names: NameRegistry | None = None,
+        close_names: bool = False,
     ) -> None:
         self.settings = settings = settings or Settings()
         if not project:
@@ -82,6 +83,7 @@ class PubSubBackend:
         self.url = f"pubsub://{project}"
         self.project = project
         self.names = names
+        self._close_names = close_names
         self.rpc = PubSubRpc(project, settings.pubsub_rpc_timeout)
         self._provisioner = Provisioner(
             self.rpc, settings, settings.auto_create if auto_create is None else auto_create
@@ -132,7 +134,7 @@ class PubSubBackend:
         if self.names is not None and names:
             outcomes = list(self.names.claim(queue, names))
         ready = [i for i, outcome in enumerate(outcomes) if outcome is None]
-        etas = {i: round(tasks[i].resolve_eta(now), 6) for i in ready}
+        etas = {i: tasks[i].resolve_eta(now) for i in ready}
         for chunk in self._chunks(tasks, ready):
             messages = [encode(tasks[i], names[i], etas[i], now) for i in chunk]
             try:
@@ -145,7 +147,7 @@ class PubSubBackend:
                 continue
             for i in chunk:
                 tasks[i].name = names[i]
-                tasks[i].eta_posix = etas[i]
+                tasks[i].eta_posix = round(etas[i], 6)
         return outcomes
 
     @staticmethod
@@ -210,7 +212,6 @@ class PubSubBackend:
         picked = picked if picked is not None else []
         picked += self._book.take_held(queue, wanted, max_tasks - len(picked))
         active = list(sources)
-        first = True
         try:
             while len(picked) < max_tasks and active and time.monotonic() < end:
                 source = active[0]
@@ -220,8 +221,7 @@ class PubSubBackend:
                     if room == 0:
                         break
                     want = min(want + room, 1000)
-                ready = self._pull(queue, topology, source, want, end, first)
-                first = False
+                ready = self._pull(queue, topology, source, want, end, patient=not picked)
                 if ready is None:
                     active.pop(0)
                     continue
@@ -241,11 +241,14 @@ class PubSubBackend:
     def _collect_oldest_group(
         self, queue: str, topology: QueueTopology, max_tasks: int, end: float
     ) -> list[Delivery]:
-        """The tasks sharing the tag of the oldest task in hand (held, then one pull round)."""
+        """The tasks sharing the tag of the oldest task in hand: held ones, else one pull round.
+
+        Held tasks were pulled earlier, so they are older than what a pull would bring now.
+        """
         candidates = self._book.take_held(queue, None, self.settings.pubsub_hold_max + max_tasks)
         try:
-            for n, source in enumerate(self._rotate(topology)):
-                ready = self._pull(queue, topology, source, max_tasks, end, n == 0)
+            for n, source in enumerate([] if candidates else self._rotate(topology)):
+                ready = self._pull(queue, topology, source, max_tasks, end, patient=n == 0)
                 candidates += ready or []
         except Error:
             self._hold(queue, topology, candidates)
@@ -273,15 +276,18 @@ class PubSubBackend:
         source: str,
         max_messages: int,
         end: float,
-        first: bool,
+        *,
+        patient: bool,
     ) -> list[Delivery] | None:
         """One pull, sorted out: the available deliveries; None when the pull found nothing.
+
+        A patient pull (nothing to answer with yet) waits up to pubsub_pull_wait for messages.
 
         Copies this subscription should not serve (an emulator ignoring filters) are acked
         away; tasks whose ETA is ahead are hidden until then with their ack deadline.
         """
         remaining = end - time.monotonic()
-        wait = self.settings.pubsub_pull_wait if first else NEXT_PULL_WAIT
+        wait = self.settings.pubsub_pull_wait if patient else NEXT_PULL_WAIT
         received = self.rpc.pull(
             source,
             max(1, min(max_messages, 1000)),
@@ -650,6 +656,8 @@ class PubSubBackend:
             )
         finally:
             self.rpc.close()
+            if self._close_names and self.names is not None:
+                self.names.close()
 
 
 def _of_tag(tag: str) -> Wanted:
@@ -657,14 +665,30 @@ def _of_tag(tag: str) -> Wanted:
 
 
 def from_url(url: SplitResult, options: dict[str, Any]) -> PubSubBackend:
-    """Build a PubSubBackend for `pubsub://PROJECT` (options: settings, auto_create, names)."""
+    """Build a PubSubBackend for `pubsub://PROJECT` (options: settings, auto_create, names,
+    dedupe_url). Without `names`, a registry is built from `dedupe_url` (default
+    PULLQUEUE_DEDUPE_URL) when one is set, and closed with the backend."""
     if url.path not in ("", "/") or url.query or url.fragment:
         raise ConfigurationError(
             f"expected pubsub://PROJECT, got {url.geturl()!r} (no path or query)"
         )
-    return PubSubBackend(
-        url.netloc,
-        settings=options.get("settings"),
-        auto_create=options.get("auto_create"),
-        names=options.get("names"),
-    )
+    settings: Settings = options.get("settings") or Settings()
+    names: NameRegistry | None = options.get("names")
+    dedupe_url = options.get("dedupe_url", settings.dedupe_url)
+    owned = names is None and bool(dedupe_url)
+    if owned:
+        from pullqueue.dedupe import connect_registry
+
+        names = connect_registry(dedupe_url, settings=settings)
+    try:
+        return PubSubBackend(
+            url.netloc,
+            settings=settings,
+            auto_create=options.get("auto_create"),
+            names=names,
+            close_names=owned,
+        )
+    except BaseException:
+        if owned and names is not None:
+            names.close()
+        raise

@@ -1,0 +1,83 @@
+"""Fixtures for the Pub/Sub adapter tests: the real emulator, a fresh project per test, backends.
+
+Every test gets its own project id on the shared emulator, so topics and subscriptions never
+leak between tests; backends made through `make_backend` are closed when the test ends.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.pubsub_v1 import PublisherClient, SubscriberClient
+
+from pullqueue import Queue, Settings
+from pullqueue.adapters.pubsub import PubSubBackend
+from tests.support.emulators import shared_emulator_host
+
+MakeBackend = Callable[..., PubSubBackend]
+
+
+@pytest.fixture(scope="session")
+def emulator() -> str:
+    """host:port of the Pub/Sub emulator (started once; the session fails if it cannot start)."""
+    return shared_emulator_host("pubsub")
+
+
+@pytest.fixture
+def project(emulator: str) -> str:
+    """A project id no other test uses."""
+    return f"pq-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def make_backend(project: str) -> Iterator[MakeBackend]:
+    """Backends on this test's project: make_backend(names=, auto_create=, **settings fields)."""
+    made: list[PubSubBackend] = []
+
+    def make(
+        *, auto_create: bool = True, names: Any = None, project_id: str | None = None, **fields: Any
+    ) -> PubSubBackend:
+        backend = PubSubBackend(
+            project_id or project,
+            settings=Settings(**fields),
+            auto_create=auto_create,
+            names=names,
+        )
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.close()
+
+
+@pytest.fixture
+def queue(make_backend: MakeBackend) -> Queue:
+    """A queue on a fresh backend with default settings."""
+    return Queue("jobs", make_backend())
+
+
+@pytest.fixture
+def raw(emulator: str) -> Iterator[tuple[PublisherClient, SubscriberClient]]:
+    """Plain Google clients on the emulator, to look at subscriptions behind the adapter's back."""
+    publisher = PublisherClient(credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+    subscriber = SubscriberClient(credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+    yield publisher, subscriber
+    publisher.transport.close()  # type: ignore[no-untyped-call]
+    subscriber.transport.close()  # type: ignore[no-untyped-call]
+
+
+def raw_pull(subscriber: SubscriberClient, path: str, max_messages: int = 1000) -> list[Any]:
+    """Everything a subscription hands out right now (and left un-acked: it comes back)."""
+    found: list[Any] = []
+    while True:
+        response = subscriber.pull(
+            request={"subscription": path, "max_messages": max_messages}, timeout=1.0
+        )
+        if not response.received_messages:
+            return found
+        found.extend(response.received_messages)

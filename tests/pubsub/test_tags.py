@@ -1,0 +1,116 @@
+"""Tags on Pub/Sub: declared tags' filtered subscriptions, dynamic tags grouped here, held tasks.
+
+The emulator delivers every message to every subscription whatever its filter, so these tests
+also prove the adapter drops the copies a subscription's filter rejects, as real Pub/Sub does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from pullqueue import Queue, Task
+from pullqueue.adapters.pubsub import PubSubBackend
+from pullqueue.adapters.pubsub_layout import ATTR_TAG
+from tests.pubsub.conftest import MakeBackend, raw_pull
+
+
+def _subscription_of(backend: PubSubBackend, queue: str, task: Task) -> str:
+    lease = backend._book.find(queue, task)
+    assert lease is not None
+    return lease.delivery.subscription.rsplit("/", 1)[1]
+
+
+def test_declared_tags_come_only_from_their_subscription(
+    make_backend: MakeBackend, raw: tuple[object, object]
+) -> None:
+    _, subscriber = raw
+    declared = {"filtered": ["vip", "bulk"]}
+    backend = make_backend(pubsub_declared_tags=declared)
+    queue = Queue("filtered", backend)
+    tags = ["vip"] * 10 + ["bulk"] * 10 + ["other"] * 10 + [None] * 10
+    queue.add([Task(f"{i}", name=f"t{i}", tag=tag) for i, tag in enumerate(tags)])
+    topology = backend.topology("filtered")
+    # The emulator ignores filters: the vip subscription holds a copy of all 40 messages.
+    copies = raw_pull(subscriber, topology.tags["vip"])  # type: ignore[arg-type]
+    assert len(copies) == 40
+    assert {m.message.attributes.get(ATTR_TAG) for m in copies} == {"vip", "bulk", "other", None}
+    subscriber.modify_ack_deadline(  # type: ignore[attr-defined]
+        request={
+            "subscription": topology.tags["vip"],
+            "ack_ids": [m.ack_id for m in copies],
+            "ack_deadline_seconds": 0,
+        }
+    )
+    leased: list[Task] = []
+    while batch := queue.lease(60, 7):
+        leased += batch
+    assert len(leased) == 40 and len({t.name for t in leased}) == 40
+    for task in leased:
+        expected = f"filtered-tag-{task.tag}" if task.tag in ("vip", "bulk") else "filtered-workers"
+        assert _subscription_of(backend, "filtered", task) == expected
+    queue.delete(leased)
+    # Every copy was either leased from its own subscription or dropped from the others.
+    for path in topology.sources:
+        assert raw_pull(subscriber, path) == []  # type: ignore[arg-type]
+
+
+def test_lease_by_declared_and_undeclared_tag(make_backend: MakeBackend) -> None:
+    backend = make_backend(pubsub_declared_tags={"bytag": ["vip"]})
+    queue = Queue("bytag", backend)
+    queue.add([Task(b"v", tag="vip") for _ in range(5)])
+    queue.add([Task(b"u", tag="user-7") for _ in range(4)] + [Task(b"n") for _ in range(3)])
+    vip = queue.lease(60, 100, tag="vip")
+    assert len(vip) == 5 and {t.tag for t in vip} == {"vip"}
+    assert {_subscription_of(backend, "bytag", t) for t in vip} == {"bytag-tag-vip"}
+    users = queue.lease(60, 100, tag="user-7")
+    assert len(users) == 4 and {t.tag for t in users} == {"user-7"}
+    assert {_subscription_of(backend, "bytag", t) for t in users} == {"bytag-workers"}
+    rest = queue.lease(60, 100)
+    assert len(rest) == 3 and {t.tag for t in rest} == {None}
+
+
+def test_dynamic_tags_lease_one_tag_per_batch_each_task_once(make_backend: MakeBackend) -> None:
+    queue = Queue("dynamic", make_backend())
+    expected: Counter[str | None] = Counter()
+    for start in range(0, 600, 100):
+        batch = [Task(f"{i}", tag=f"user-{i % 60}") for i in range(start, start + 100)]
+        queue.add(batch)
+        expected.update(t.tag for t in batch)
+    queue.add([Task(b"plain") for _ in range(30)])
+    expected[None] += 30
+    seen: Counter[str] = Counter()
+    per_tag: Counter[str | None] = Counter()
+    batches = 0
+    idle = 0
+    while idle < 3:
+        leased = queue.lease(60, 25, group_by_tag=True)
+        if not leased:
+            idle += 1
+            continue
+        batches += 1
+        assert len({t.tag for t in leased}) == 1, "a batch mixes tags"
+        seen.update(t.name for t in leased if t.name)
+        per_tag.update(t.tag for t in leased)
+        queue.delete(leased)
+    assert per_tag == expected
+    assert set(seen.values()) == {1}  # every task counted exactly once
+    assert batches < 630 / 2  # grouping, not one task per batch
+
+
+def test_tasks_pulled_for_another_tag_are_held_then_released(make_backend: MakeBackend) -> None:
+    holder = Queue("held", make_backend(pubsub_hold_seconds=1.0))
+    other = Queue("held", make_backend())
+    holder.add([Task(b"a", tag="alpha") for _ in range(5)] + [Task(b"b", tag="beta")])
+    (beta,) = holder.lease(60, 10, tag="beta")
+    assert beta.tag == "beta"
+    # The alpha tasks pulled on the way are held for this process, not handed to others ...
+    assert other.lease(60, 10) == []
+    # ... and served to its next lease without a new delivery.
+    alphas = holder.lease(60, 2, tag="alpha")
+    assert len(alphas) == 2 and all(t.retry_count == 1 for t in alphas)
+    time.sleep(1.5)
+    # The rest were released when their hold ran out; one delivery attempt each is spent.
+    back = other.lease(60, 10)
+    assert len(back) == 3 and {t.tag for t in back} == {"alpha"}
+    assert all(t.retry_count == 2 for t in back)
