@@ -112,7 +112,8 @@ class LeasedBatch:
         for task in tasks:
             if self._held.pop(task.name or "", None) is None:
                 continue
-            if self._call(partial(self.queue.modify_lease, task, 0), "release", task.name):
+            error = self._call(partial(self.queue.modify_lease, task, 0))
+            if error is None:
                 count += 1
                 log_event(
                     self._log,
@@ -121,6 +122,16 @@ class LeasedBatch:
                     queue=self.queue.name,
                     task=task.name,
                     reason=reason,
+                )
+            elif not isinstance(error, _GONE):
+                log_event(
+                    self._log,
+                    logging.ERROR,
+                    "release_failed",
+                    queue=self.queue.name,
+                    task=task.name,
+                    error=error,
+                    next="the task comes back when its lease ends",
                 )
         return count
 
@@ -145,57 +156,63 @@ class LeasedBatch:
             return
         self.settled = True
         if self.done:
-            done = self.done
-            if self._call(partial(self.queue.delete, done), "delete", done[0].name):
-                missing = [t.name or "?" for t in done if not t.was_deleted]
-                if missing:
-                    log_event(
-                        self._log,
-                        logging.WARNING,
-                        "already_deleted",
-                        queue=self.queue.name,
-                        tasks=",".join(missing[:10]),
-                        count=len(missing),
-                    )
-            else:
-                self._stats.add(delete_failures=len(done))
+            self._delete(self.done)
         for task in self.done:
             self._held.pop(task.name or "", None)
         self._release_locked(self.failed, "handler_failed")
         self._held.clear()
 
-    def _call(self, call: Callable[[], object], what: str, task: str | None) -> bool:
-        """Run call, retrying transient errors; False (and logged) when it did not happen."""
-        backoff = Backoff(0.05, 1.0)
-        for attempt in range(1, SETTLE_ATTEMPTS + 1):
-            try:
-                call()
-                return True
-            except _GONE as exc:
-                log_event(
-                    self._log,
-                    logging.DEBUG,
-                    f"{what}_skipped",
-                    queue=self.queue.name,
-                    task=task,
-                    reason=exc,
-                )
-                return False
-            except TransientError as exc:
-                self._stats.add(transient_errors=1)
-                failure: Error = exc
-                if attempt < SETTLE_ATTEMPTS:
-                    time.sleep(backoff.next())
-            except Error as exc:
-                failure = exc
-                break
+    def _delete(self, done: list[Task]) -> None:
+        """Delete the finished tasks in one call, retrying only those not yet deleted."""
+
+        def pending() -> list[Task]:
+            return [task for task in done if not task.was_deleted]
+
+        def delete_pending() -> None:
+            todo = pending()
+            if todo:
+                self.queue.delete(todo)
+
+        error = self._call(delete_pending)
+        missing = pending()
+        if not missing:
+            return
+        names = ",".join(task.name or "?" for task in missing[:10])
+        if error is None:
+            log_event(
+                self._log,
+                logging.WARNING,
+                "already_deleted",
+                queue=self.queue.name,
+                tasks=names,
+                count=len(missing),
+            )
+            return
+        self._stats.add(delete_failures=len(missing))
         log_event(
             self._log,
             logging.ERROR,
-            f"{what}_failed",
+            "delete_failed",
             queue=self.queue.name,
-            task=task,
-            error=failure,
-            next="the task comes back when its lease ends and may run again",
+            tasks=names,
+            count=len(missing),
+            error=error,
+            next="these tasks come back when their lease ends and will run again",
         )
-        return False
+
+    def _call(self, call: Callable[[], object]) -> Error | None:
+        """Run call, retrying transient errors a few times; the error it ended with, if any."""
+        backoff = Backoff(0.05, 1.0)
+        failure: Error | None = None
+        for attempt in range(1, SETTLE_ATTEMPTS + 1):
+            try:
+                call()
+                return None
+            except TransientError as exc:
+                self._stats.add(transient_errors=1)
+                failure = exc
+                if attempt < SETTLE_ATTEMPTS:
+                    time.sleep(backoff.next())
+            except Error as exc:
+                return exc
+        return failure

@@ -393,3 +393,31 @@ def test_a_worker_refuses_async_handlers_and_a_second_run() -> None:
     worker.run()
     with pytest.raises(RuntimeError, match="runs once"):
         worker.run()
+
+
+def test_a_delete_that_fails_once_is_retried() -> None:
+    backend = ScriptedBackend()
+    backend.delete_errors = [TransientError("unavailable")]
+    queue = new_queue(backend)
+    fill(queue, 4)
+    stats = Worker(queue, Recorder(), exit_when_idle=0.05, **FAST).run()
+    assert (stats.processed, stats.delete_failures, stats.transient_errors) == (4, 0, 1)
+    assert queue.stats().tasks == 0
+
+
+def test_a_task_deleted_by_someone_else_meanwhile_is_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    queue = new_queue()
+    fill(queue, 3)
+
+    def meddle(task: Task) -> None:
+        if task.name == "t00001":
+            Queue(queue.name, queue.backend).delete_by_name("t00001")
+
+    with caplog.at_level(logging.WARNING, logger="pullqueue.worker"):
+        stats = Worker(queue, meddle, exit_when_idle=0.05, **FAST).run()
+    assert (stats.processed, stats.delete_failures) == (3, 0)
+    warning = next(r.getMessage() for r in caplog.records if "already_deleted" in r.getMessage())
+    assert "tasks=t00001 count=1" in warning
+    assert queue.stats().tasks == 0
