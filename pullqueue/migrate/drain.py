@@ -375,8 +375,9 @@ class _Drain:
             self.journal.record_leases(tasks)
         return tasks
 
-    def _move(self, tasks: list[Task], *, leased: bool) -> None:
-        """Write tasks to the destination, record them, delete them from the source."""
+    def _move(self, tasks: list[Task], *, leased: bool) -> int:
+        """Write tasks to the destination, record them, delete them from the source; return
+        how many are now in the destination (written now, earlier, or already there)."""
         if leased:
             self.report.leased += len(tasks)
         else:
@@ -407,6 +408,7 @@ class _Drain:
                 self._held.pop(task.name, None)
         self._delete(already + done, leased=leased)
         self._settle_unmoved(sent, leased=leased)
+        return len(already) + len(done)
 
     def _settle_unmoved(self, sent: _Sent, *, leased: bool) -> None:
         """Failed tasks are held until the end; unsent ones are handed back at once."""
@@ -577,7 +579,8 @@ class _Drain:
     # --- future ETAs ---------------------------------------------------------------------
 
     def _move_future(self) -> int:
-        """Copy tasks whose ETA is still ahead (not leasable yet) from the source's listing.
+        """Copy tasks whose ETA is still ahead (not leasable yet) from the source's listing;
+        return how many moved.
 
         Each is added to the destination with its ETA, then deleted from the source by name.
         A worker that leases it meanwhile (its ETA passed) can at worst make it run twice.
@@ -590,12 +593,13 @@ class _Drain:
             for task in backend.list_tasks(self.source.name)
             if task.retry_count == 0 and task.eta_posix is not None and task.eta_posix > now
         ]
+        moved = 0
         for start in range(0, len(future), self.batch_size):
             if self.stop.is_set():
                 break
-            self._move(future[start : start + self.batch_size], leased=False)
+            moved += self._move(future[start : start + self.batch_size], leased=False)
             self._notify()
-        return len(future)
+        return moved
 
     # --- the end -------------------------------------------------------------------------
 
