@@ -47,6 +47,8 @@ ATTEMPTS_RESERVE = 2
 """A task pullqueue gives back unleased this close to the dead-letter limit is republished."""
 RETENTION_RESERVE = 24 * 3600.0
 """... and so is one this close (seconds) to the end of the subscription's retention."""
+PUBLISH_TIME_RESOLUTION = 0.002
+"""Seconds a purge waits after its cut so later tasks get a later publish time (ms precision)."""
 NEXT_PULL_WAIT = 0.25
 """Seconds a pull waits on an empty subscription once the lease call has tasks to answer with."""
 
@@ -131,8 +133,11 @@ class PubSubBackend:
         now = time.time()
         names = [task.name or new_task_name() for task in tasks]
         outcomes: list[Error | None] = [None] * len(tasks)
-        if self.names is not None and names:
-            outcomes = list(self.names.claim(queue, names))
+        named = [i for i, task in enumerate(tasks) if task.name is not None]
+        if self.names is not None and named:
+            claims = self.names.claim(queue, [names[i] for i in named])
+            for i, outcome in zip(named, claims, strict=True):
+                outcomes[i] = outcome
         ready = [i for i, outcome in enumerate(outcomes) if outcome is None]
         etas = {i: tasks[i].resolve_eta(now) for i in ready}
         for chunk in self._chunks(tasks, ready):
@@ -140,8 +145,9 @@ class PubSubBackend:
             try:
                 self.rpc.publish(topology.topic, messages, queue=queue)
             except Error as exc:
-                if self.names is not None:
-                    self.names.release(queue, [names[i] for i in chunk])
+                claimed = [names[i] for i in chunk if tasks[i].name is not None]
+                if self.names is not None and claimed:
+                    self.names.release(queue, claimed)
                 for i in chunk:
                     outcomes[i] = exc
                 continue
@@ -543,7 +549,11 @@ class PubSubBackend:
 
     def delete(self, queue: str, tasks: Sequence[Task]) -> list[bool]:
         """Acknowledge each task's lease; raises TaskLeaseExpiredError for the first task whose
-        lease is gone, after deleting the others (their was_deleted is then already True)."""
+        lease is gone, after deleting the others (their was_deleted is then already True).
+
+        A task given by name alone is deleted when this process holds a lease on it; otherwise
+        nothing happens to it and its result is False: only a lease's holder can ack on Pub/Sub.
+        """
         self.topology(queue)
         results = [False] * len(tasks)
         failures: list[Error] = []
@@ -551,7 +561,11 @@ class PubSubBackend:
         for i, task in enumerate(tasks):
             lease = self._book.find(queue, task)
             if lease is None:
-                if not self._book.was_deleted(queue, task.name or ""):
+                # A bare name this process holds no lease on: nothing deleted (was_deleted False);
+                # a lease token that is no longer current: the holder must hear about it.
+                if task.lease_token is not None and not self._book.was_deleted(
+                    queue, task.name or ""
+                ):
                     failures.append(self._no_lease(queue, task))
                 continue
             if lease.lost:
@@ -611,6 +625,9 @@ class PubSubBackend:
         when = time.time()
         for source in topology.sources:
             self.rpc.seek(source, when, queue=queue)
+        # Publish times are kept to the millisecond: a task added right after this call must
+        # not share the millisecond the seek cut at.
+        time.sleep(max(when + PUBLISH_TIME_RESOLUTION - time.time(), 0.0))
         self._book.drop_queue(queue)
         if self.names is not None:
             self.names.purge(queue)

@@ -242,3 +242,11 @@ def test_environment_configures_the_registry(
         backend.close()
     docs = _registry_docs(collection)
     assert [(d["queue"], d["name"], d["state"]) for d in docs] == [("env", "once", "live")]
+
+
+def test_unnamed_tasks_are_added_without_asking_the_registry(connect: Any, collection: str) -> None:
+    queue = Queue("anonymous", connect())
+    tasks = queue.add([Task(b"a"), Task(b"b", name="named")])
+    assert all(t.name for t in tasks)
+    assert [d["name"] for d in _registry_docs(collection)] == ["named"]
+    assert len(_lease_everything(queue, quiet=1.0)) == 2
