@@ -52,7 +52,7 @@ def stats_rows(stats: QueueStats, now: float) -> list[tuple[str, str]]:
 def stats(queue_name: str, url: str | None, as_json: bool) -> None:
     """Show how many tasks pull queue QUEUE holds, how many are leased and the oldest ETA.
 
-    Pub/Sub reports estimates (marked approximate); the legacy queue and memory are exact.
+    Counts marked approximate are estimates (Pub/Sub, the legacy queue); memory is exact.
     """
     try:
         backend = connect(url) if url else default_backend()
