@@ -7,6 +7,7 @@ stub holds afterwards, so a task lost or leased twice would show.
 from __future__ import annotations
 
 import pytest
+from google.appengine.api import apiproxy_stub_map
 from google.appengine.api.taskqueue import taskqueue_service_bytes_pb2 as tq
 from google.appengine.runtime import apiproxy_errors
 
@@ -17,6 +18,7 @@ from pullqueue import (
     Task,
     TaskAlreadyExistsError,
     TaskLeaseExpiredError,
+    TaskTooLargeError,
     TombstonedTaskError,
     TransientError,
     UnknownQueueError,
@@ -157,6 +159,17 @@ def test_chosen_names_and_etas_are_reported_back(queue: Queue, bed: AppEngineTes
     assert [(t.name, t.eta) for t in bed.tasks("pulls")] == [(task.name, bed.clock.now + 30)]
 
 
+def test_a_full_mib_payload_is_too_large_for_the_legacy_service(
+    queue: Queue, bed: AppEngineTestbed
+) -> None:
+    limit = 1024 * 1024
+    with pytest.raises(TaskTooLargeError):
+        queue.add(Task(b"x" * limit, name="full"))
+
+    queue.add(Task(b"x" * (limit - 1024), name="under"))
+    assert [t.name for t in bed.tasks("pulls")] == ["under"]
+
+
 def test_purge_empties_the_queue(queue: Queue, bed: AppEngineTestbed) -> None:
     queue.add([Task(b"a"), Task(b"b", countdown=600)])
 
@@ -227,7 +240,9 @@ def test_connect_builds_the_backend_on_the_testbed(bed: AppEngineTestbed) -> Non
     assert backend.now() == bed.clock.now
 
 
-def test_outside_app_engine_connect_says_what_is_needed() -> None:
+def test_outside_app_engine_connect_says_what_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(apiproxy_stub_map, "apiproxy", apiproxy_stub_map.APIProxyStubMap())
+
     with pytest.raises(ConfigurationError) as caught:
         connect("appengine://")
 

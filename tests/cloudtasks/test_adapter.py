@@ -16,6 +16,7 @@ from pullqueue import (
     Task,
     TaskAlreadyExistsError,
     TaskLeaseExpiredError,
+    TaskTooLargeError,
     TombstonedTaskError,
     UnknownQueueError,
 )
@@ -223,6 +224,17 @@ def test_a_failed_task_in_a_batch_does_not_stop_the_others(
 
     assert [t.was_added for t in batch] == [True, False, True]
     assert sorted(t.name for t in service.tasks("pulls")) == ["fresh-1", "fresh-2", "taken"]
+
+
+def test_a_full_mib_payload_is_too_large_for_the_service(
+    queue: Queue, service: CloudTasksModel
+) -> None:
+    limit = 1024 * 1024
+    with pytest.raises(TaskTooLargeError):
+        queue.add(Task(b"x" * limit, name="full"))
+
+    queue.add(Task(b"x" * (limit - 1024), name="under"))
+    assert [t.name for t in service.tasks("pulls")] == ["under"]
 
 
 def test_purge_empties_the_queue(queue: Queue, service: CloudTasksModel) -> None:

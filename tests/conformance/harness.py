@@ -28,6 +28,8 @@ for a case listing that feature in `differs` (never skipped). Feature names (FEA
 - executed_last_minute: stats().executed_last_minute counts tasks leased in the last 60 s.
 - retry_limit: a task added with Task(retry_limit=N) is deleted instead of being leased an
   N+1th time (the legacy task_retry_limit).
+- full_mib_payload: a payload of exactly MAX_PULL_TASK_SIZE_BYTES is accepted (the legacy
+  service counts its own request overhead against that limit, so it refuses one).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ FEATURES: Mapping[str, str] = {
     "stats_leased": "stats().leased counts tasks under lease",
     "executed_last_minute": "stats().executed_last_minute counts leases of the last minute",
     "retry_limit": "Task(retry_limit=N) is deleted instead of a lease number N+1",
+    "full_mib_payload": "a payload of exactly 1 MiB is accepted",
 }
 
 _counter = itertools.count(1)

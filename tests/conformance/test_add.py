@@ -129,10 +129,19 @@ def test_tag_over_500_bytes_is_refused(harness: Harness) -> None:
     assert queue.lease(60, 10) == []
 
 
-def test_payload_over_1_mib_is_refused_and_1_mib_accepted(harness: Harness) -> None:
+def test_payload_over_1_mib_is_refused_and_just_under_accepted(harness: Harness) -> None:
     queue = harness.new_queue()
     with pytest.raises(TaskTooLargeError):
         queue.add([Task(b"small"), Task(b"x" * (MAX_PULL_TASK_SIZE_BYTES + 1))])
+    queue.add(Task(b"y" * (MAX_PULL_TASK_SIZE_BYTES - 1024), name="big"))
+    tick(harness)
+    (task,) = queue.lease(60, 10)
+    assert task.name == "big" and len(task.payload) == MAX_PULL_TASK_SIZE_BYTES - 1024
+
+
+@pytest.mark.feature("full_mib_payload")
+def test_payload_of_exactly_1_mib_is_accepted(harness: Harness) -> None:
+    queue = harness.new_queue()
     queue.add(Task(b"y" * MAX_PULL_TASK_SIZE_BYTES, name="big"))
     tick(harness)
     (task,) = queue.lease(60, 10)

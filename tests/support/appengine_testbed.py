@@ -164,6 +164,27 @@ class AppEngineTestbed:
         )
 
 
+def _report_chosen_names(stub: Any) -> None:
+    """Make the stub answer the names it chose for unnamed tasks in a bulk add, as it means to.
+
+    The stub matches results to requests by `id()` of protobuf element wrappers, which the upb
+    protobuf runtime creates afresh on each access, so past the first task the chosen names never
+    reach the response (the production service returns them). This fills them in afterwards.
+    """
+    bulk_add = stub._Dynamic_BulkAdd
+
+    def with_chosen_names(request: Any, response: Any, request_id: Any = None) -> None:
+        unnamed = [not add.task_name for add in request.add_request]
+        bulk_add(request, response, request_id)
+        results = zip(request.add_request, response.taskresult, unnamed, strict=False)
+        for add, result, chosen in results:
+            ok = result.result == tq.TaskQueueServiceError.OK
+            if chosen and ok and not result.HasField("chosen_task_name"):
+                result.chosen_task_name = add.task_name
+
+    stub._Dynamic_BulkAdd = with_chosen_names
+
+
 @contextmanager
 def appengine_testbed(
     pull_queues: Sequence[str] = (), *, clock: ManualClock | None = None
@@ -178,6 +199,7 @@ def appengine_testbed(
         bed.activate()
         try:
             bed.init_taskqueue_stub(root_path=root, gettime=clock)
+            _report_chosen_names(bed.get_stub("taskqueue"))
             yield AppEngineTestbed(bed, clock, queue_yaml)
         finally:
             bed.deactivate()
