@@ -73,12 +73,14 @@ class LeaseBook:
                 self._by_name.setdefault(key, []).append(lease.ack_id)
 
     def find(self, queue: str, task: Task) -> Lease | None:
-        """The lease behind a task: by its lease token, else the newest lease of its name."""
+        """The lease behind a task: the one its lease token names (None when that lease is gone,
+        even if the task was leased again since), or for a bare name the newest lease of it."""
         with self._lock:
             if task.lease_token is not None:
                 lease = self._leases.get(task.lease_token)
                 if lease is not None and lease.queue == queue and lease.delivery.name == task.name:
                     return lease
+                return None
             ack_ids = self._by_name.get((queue, task.name or ""))
             return self._leases[ack_ids[-1]] if ack_ids else None
 
