@@ -59,11 +59,15 @@ def new_task_name() -> str:
 
 
 def encode(task: Task, name: str, eta: float, now: float) -> object:
-    """The message for a task: payload as data, name and (when set) tag, ETA and retry limit."""
+    """The message for a task: payload as data, name and (when set) tag, ETA and retry limit.
+
+    The ETA is left out only when it is the moment of adding (no eta, no countdown); an ETA in
+    the past is kept, since it orders the task before tasks added earlier.
+    """
     attributes = {ATTR_TASK_NAME: name}
     if task.tag is not None:
         attributes[ATTR_TAG] = task.tag
-    if eta > now:
+    if eta != now:
         attributes[ATTR_ETA] = format_eta(eta)
     if task.retry_limit is not None:
         attributes[ATTR_RETRY_LIMIT] = str(task.retry_limit)

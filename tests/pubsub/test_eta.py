@@ -47,7 +47,7 @@ def test_a_task_is_never_leased_before_its_eta(make_backend: MakeBackend) -> Non
         assert at - due[name] < 2.0, f"{name} leased {at - due[name]:.3f} s late"
 
 
-def test_the_eta_attribute_is_rfc3339_utc_and_absent_when_immediate(
+def test_the_eta_attribute_is_rfc3339_utc_and_absent_without_eta_or_countdown(
     make_backend: MakeBackend, raw: tuple[object, object]
 ) -> None:
     _, subscriber = raw
@@ -55,10 +55,11 @@ def test_the_eta_attribute_is_rfc3339_utc_and_absent_when_immediate(
     queue = Queue("wire", backend)
     eta = dt.datetime(2030, 1, 2, 3, 4, 5, 250000, tzinfo=dt.timezone.utc)
     queue.add([Task(b"now", name="now"), Task(b"later", name="later", countdown=29 * 86400)])
-    queue.add(Task(b"fixed", name="fixed", eta=dt.datetime.now(dt.timezone.utc)))
+    queue.add(Task(b"past", name="past", eta=dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc)))
     received = raw_pull(subscriber, backend.topology("wire").workers)  # type: ignore[arg-type]
     attributes = {m.message.attributes["task_name"]: dict(m.message.attributes) for m in received}
-    assert ATTR_ETA not in attributes["now"] and ATTR_ETA not in attributes["fixed"]
+    assert ATTR_ETA not in attributes["now"]
+    assert attributes["past"][ATTR_ETA] == "2020-01-01T00:00:00.000000Z"
     later = parse_eta(attributes["later"][ATTR_ETA])
     assert later is not None and abs(later - (time.time() + 29 * 86400)) < 5
     assert attributes["later"][ATTR_ETA].endswith("Z")
