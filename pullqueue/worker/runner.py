@@ -219,7 +219,10 @@ class Worker:
                 log_event(logger, logging.INFO, "idle", queue=self.queue.name)
                 self.stop()
                 return
-            self._stopping.wait(self.backoff.next())
+            delay = self.backoff.next()
+            if idle_since is not None:
+                delay = min(delay, self.exit_when_idle - (now - idle_since))
+            self._stopping.wait(delay)
 
     def _rate_slot(self) -> bool:
         """Wait for the queue's next lease-request slot; False when stopped meanwhile."""
