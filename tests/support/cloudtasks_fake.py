@@ -18,14 +18,12 @@ import base64
 import datetime as dt
 import json
 import re
-import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -39,13 +37,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from pullqueue import connect
 from pullqueue.adapters.cloudtasks import CloudTasksBackend
-from tests.support.appengine_testbed import (
-    ManualClock,
-    ModelTask,
-    QueueSpec,
-    QueueYaml,
-    stored_tasks,
-)
+from tests.support.appengine_testbed import ManualClock, ModelTask, stored_tasks
 
 HOST = "https://cloudtasks.googleapis.com"
 RPCS = (
@@ -188,7 +180,6 @@ class CloudTasksModel:
 
     def __init__(
         self,
-        root: str,
         *,
         project: str = "test-project",
         location: str = "us-central1",
@@ -205,12 +196,14 @@ class CloudTasksModel:
         """Every RPC served, as (rpc, queue)."""
         self.refused_leases = 0
         """LeaseTasks calls refused with RESOURCE_EXHAUSTED by the per-queue quota."""
-        self._queue_yaml = QueueYaml(Path(root))
+        self._queues: dict[str, str] = {}
         self._faults: list[Fault] = []
         self._buckets: dict[str, tuple[float, float]] = {}
         self._acks: dict[str, deque[float]] = {}
         self._lock = threading.RLock()
-        self.stub = taskqueue_stub.TaskQueueServiceStub(root_path=root, gettime=self.clock)
+        self.stub = taskqueue_stub.TaskQueueServiceStub(gettime=self.clock, _all_queues_valid=True)
+        """The oracle. Its queues are declared with the UpdateQueue RPC, not a queue.yaml it would
+        re-read on every call; the REST layer answers NOT_FOUND for undeclared queues itself."""
 
     @property
     def url(self) -> str:
@@ -229,8 +222,15 @@ class CloudTasksModel:
 
     def create_queue(self, name: str, *, mode: str = "pull") -> None:
         """Declare a queue (as queue.yaml would): `pull`, or `push` to test mode errors."""
+        request = tq.TaskQueueUpdateQueueRequest(
+            queue_name=name.encode(),
+            bucket_refill_per_second=5.0,
+            bucket_capacity=5,
+            mode=tq.TaskQueueMode.PULL if mode == "pull" else tq.TaskQueueMode.PUSH,
+        )
         with self._lock:
-            self._queue_yaml.declare(name, QueueSpec(mode))
+            self._rpc("UpdateQueue", request, tq.TaskQueueUpdateQueueResponse())
+            self._queues[name] = mode
 
     def seed(
         self,
@@ -414,10 +414,10 @@ class CloudTasksModel:
         self._buckets[queue] = (tokens - 1, now)
 
     def _require_queue(self, queue: str, *, pull: bool = True) -> None:
-        spec = self._queue_yaml.queues.get(queue)
-        if spec is None:
+        mode = self._queues.get(queue)
+        if mode is None:
             raise self._stub_error("UNKNOWN_QUEUE")
-        if pull and spec.mode != "pull":
+        if pull and mode != "pull":
             raise self._stub_error("INVALID_QUEUE_MODE")
 
     def _task_json(self, queue: str, stored: Any, view: int) -> dict[str, Any]:
@@ -584,7 +584,7 @@ class CloudTasksModel:
     def _GetQueue(self, queue: str, _: str, __: dict[str, Any], query: dict[str, str]) -> Any:
         self._require_queue(queue, pull=False)
         reply: dict[str, Any] = {"name": self._queue_name(queue), "state": 1}
-        if self._queue_yaml.queues[queue].mode == "pull":
+        if self._queues[queue] == "pull":
             reply["pullTarget"] = {}
         else:
             reply["appEngineHttpTarget"] = {}
@@ -628,13 +628,12 @@ def cloudtasks_service(
     lease_quota_per_second: float | None = 10.0,
     legacy_codes: bool = True,
 ) -> Iterator[CloudTasksModel]:
-    """Serve a fake Cloud Tasks v2beta2 API (with `queues` declared as pull queues) while open."""
-    with (
-        tempfile.TemporaryDirectory(prefix="cloudtasks-fake-") as root,
-        responses.RequestsMock(assert_all_requests_are_fired=False) as mock,
-    ):
+    """Serve a fake Cloud Tasks v2beta2 API (with `queues` declared as pull queues) while open.
+
+    Requests to any other host pass through, so other clients in the process are unaffected.
+    """
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
         model = CloudTasksModel(
-            root,
             project=project,
             location=location,
             clock=clock,
@@ -645,6 +644,7 @@ def cloudtasks_service(
             model.create_queue(name)
         for method in ("GET", "POST", "DELETE"):
             mock.add_callback(method, re.compile(re.escape(HOST) + r"/v2beta2/.*"), model.handle)
+        mock.add_passthru(re.compile(r"^(?!" + re.escape(HOST) + r"/)"))
         yield model
 
 
