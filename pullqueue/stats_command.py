@@ -19,6 +19,11 @@ from pullqueue.queue import Queue
 from pullqueue.registry import connect, default_backend
 from pullqueue.task import QueueStats
 
+APPROXIMATE_NOTE = (
+    "approximate: the backend estimates these counts; on Pub/Sub they cover only this"
+    " process, so read the backlog from Cloud Monitoring (num_undelivered_messages)"
+)
+
 
 def stats_rows(stats: QueueStats, now: float) -> list[tuple[str, str]]:
     """(label, value) pairs describing stats, unknown values shown as 'unknown'."""
@@ -27,7 +32,7 @@ def stats_rows(stats: QueueStats, now: float) -> list[tuple[str, str]]:
         return "unknown" if value is None else f"{value:,}"
 
     if stats.oldest_eta is None:
-        oldest = "none" if stats.tasks == 0 else "unknown"
+        oldest = "none" if stats.tasks == 0 and not stats.approximate else "unknown"
     else:
         when = dt.datetime.fromtimestamp(stats.oldest_eta, tz=dt.timezone.utc)
         age = now - stats.oldest_eta
@@ -67,7 +72,11 @@ def stats(queue_name: str, url: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"backend": backend.url, **result.__dict__}))
         return
-    table = Table(title=f"queue {queue_name!r} on {backend.url}", show_header=False)
+    table = Table(
+        title=f"queue {queue_name!r} on {backend.url}",
+        caption=APPROXIMATE_NOTE if result.approximate else None,
+        show_header=False,
+    )
     table.add_column(style="bold")
     table.add_column(justify="right")
     for label, value in stats_rows(result, time.time()):

@@ -197,3 +197,16 @@ def test_stats_reports_tasks_and_leases(monkeypatch: pytest.MonkeyPatch) -> None
         assert "s ago" in table.output
     finally:
         reset_default_backends()
+
+
+def test_stats_rows_say_unknown_rather_than_guess() -> None:
+    from pullqueue.stats_command import stats_rows
+    from pullqueue.task import QueueStats
+
+    exact = dict(stats_rows(QueueStats(queue="q", tasks=0, leased=0), now=1000.0))
+    assert (exact["tasks"], exact["oldest ETA"]) == ("0", "none")
+    estimate = dict(stats_rows(QueueStats(queue="q", tasks=0, approximate=True), now=1000.0))
+    assert (estimate["tasks"], estimate["oldest ETA"]) == ("0 (approximate)", "unknown")
+    assert estimate["leased"] == "unknown"
+    future = dict(stats_rows(QueueStats(queue="q", tasks=2, oldest_eta=1060.0), now=1000.0))
+    assert future["oldest ETA"] == "1970-01-01T00:17:40+00:00 (in 60 s)"
