@@ -54,6 +54,7 @@ def test_delete_acknowledges_leased_tasks_and_empties_the_queue(
     assert service.tasks("pulls") == []
     assert service.rpc_count("AcknowledgeTask") == 2
     assert service.rpc_count("DeleteTask") == 0
+    assert queue.stats().executed_last_minute == 2
 
 
 def test_delete_by_name_of_an_unleased_task_and_of_an_unknown_one(

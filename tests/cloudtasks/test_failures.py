@@ -17,6 +17,7 @@ from pullqueue import (
     PermissionDeniedError,
     Queue,
     Task,
+    TaskAlreadyExistsError,
     TaskLeaseExpiredError,
     TransientError,
     UnknownQueueError,
@@ -245,3 +246,25 @@ def test_credentials_rejected_after_renewal_say_how_to_replace_them(
 
     with pytest.raises(PermissionDeniedError, match="rejected the credentials"):
         queue.stats()
+
+
+def test_a_lost_add_reply_is_transient_and_a_named_retry_finds_the_task(
+    worker: Queue, service: CloudTasksModel
+) -> None:
+    service.fail("CreateTask", 503, after=True)
+
+    with pytest.raises(TransientError):
+        worker.add(Task(b"once", name="only-once"))
+    with pytest.raises(TaskAlreadyExistsError):
+        worker.add(Task(b"once", name="only-once"))
+
+    assert held(service) == [("only-once", b"once")]
+
+
+def test_a_gateway_timeout_on_stats_is_replayed(
+    worker: Queue, service: CloudTasksModel, sleeps: Sleeps, seeded: list[str]
+) -> None:
+    service.fail("GetQueue", 504, times=2)
+
+    assert worker.stats().tasks == 3
+    assert len(sleeps.delays) == 2
