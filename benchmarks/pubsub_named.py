@@ -2,9 +2,9 @@
 
 It shows what deduplication costs a producer: the same adds of named tasks through
 `pullqueue.Queue` with no registry, the in-memory one, and Firestore (fresh names, then names
-already taken), on the Pub/Sub and Firestore emulators, interleaved round by round so drift
-hits every mode alike. Prints median seconds per add call, tasks per second, and the ratio of
-each mode's rate to the no-registry rate.
+already taken), on the Pub/Sub and Firestore emulators, interleaved round by round (each round
+starting with the next mode) so drift hits every mode alike. Prints median seconds per add
+call, tasks per second, and the ratio of each mode's rate to the no-registry rate.
 
     python benchmarks/pubsub_named.py [--rounds 7] [--calls 10] [--batch 100]
 
@@ -93,8 +93,11 @@ def main() -> None:
     modes["firestore:// (names taken)"] = (duplicate_queue, duplicates, True)
 
     samples: dict[str, list[float]] = {mode: [] for mode in modes}
-    for _ in range(args.rounds):
-        for mode, (queue, make, refused) in modes.items():
+    order = list(modes)
+    for round_number in range(args.rounds):
+        shift = round_number % len(order)
+        for mode in order[shift:] + order[:shift]:
+            queue, make, refused = modes[mode]
             batches = make()
             if not batches:
                 continue

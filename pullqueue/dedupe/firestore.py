@@ -18,9 +18,9 @@ from google.api_core import retry as api_retry
 from google.auth import exceptions as auth_exceptions
 from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
-from google.cloud.firestore_v1.bulk_batch import BulkWriteBatch
 from google.rpc import code_pb2
 
+from pullqueue.dedupe.firestore_writes import FieldValue, Writes, send
 from pullqueue.dedupe.memory import DEFAULT_TOMBSTONE_SECONDS
 from pullqueue.dedupe.names import LIVE, TOMBSTONE, blocking_error
 from pullqueue.errors import (
@@ -171,7 +171,7 @@ class FirestoreNameRegistry:
             else:
                 first_of[ref.id] = i
                 to_create.append(i)
-        live = {
+        live: dict[str, FieldValue] = {
             "queue": queue,
             "state": LIVE,
             "claim": token,
@@ -205,7 +205,7 @@ class FirestoreNameRegistry:
         names: Sequence[str],
         refs: Sequence[firestore.DocumentReference],
         to_create: list[int],
-        live: dict[str, Any],
+        live: dict[str, FieldValue],
         outcomes: list[Error | None],
         now: float,
     ) -> list[int]:
@@ -215,7 +215,8 @@ class FirestoreNameRegistry:
             next_create: list[int] = []
             next_inspect: list[int] = []
             codes = self._commit(
-                lambda batch, i: batch.create(refs[i], {**live, "name": names[i]}), to_create
+                lambda writes, i: writes.create(refs[i].path, {**live, "name": names[i]}),
+                to_create,
             )
             for i, code in zip(to_create, codes, strict=True):
                 if code == _ALREADY_EXISTS:
@@ -240,15 +241,10 @@ class FirestoreNameRegistry:
                 else:
                     takeovers.append((i, snapshot.update_time))
             codes = self._commit(
-                lambda batch, item: batch.update(
-                    refs[item[0]],
-                    {
-                        **live,
-                        "name": names[item[0]],
-                        "tombstoned_at": firestore.DELETE_FIELD,
-                        TTL_FIELD: firestore.DELETE_FIELD,
-                    },
-                    option=self._client.write_option(last_update_time=item[1]),
+                lambda writes, item: writes.update(
+                    refs[item[0]].path,
+                    {**live, "name": names[item[0]], "tombstoned_at": None, TTL_FIELD: None},
+                    update_time=item[1],
                 ),
                 takeovers,
             )
@@ -279,7 +275,7 @@ class FirestoreNameRegistry:
     def tombstone(self, queue: str, names: Sequence[str]) -> None:
         now = self._clock()
         unique = list(dict.fromkeys(names))
-        record = {
+        record: dict[str, FieldValue] = {
             "queue": queue,
             "state": TOMBSTONE,
             "tombstoned_at": _utc(now),
@@ -289,8 +285,8 @@ class FirestoreNameRegistry:
         try:
             for _ in range(CLAIM_ROUNDS):
                 codes = self._commit(
-                    lambda batch, i: batch.set(
-                        self._collection.document(document_id(queue, unique[i])),
+                    lambda writes, i: writes.set(
+                        self._collection.document(document_id(queue, unique[i])).path,
                         {**record, "name": unique[i]},
                     ),
                     pending,
@@ -319,11 +315,11 @@ class FirestoreNameRegistry:
 
     def purge(self, queue: str) -> None:
         now = self._clock()
-        tombstone = {
+        tombstone: dict[str, FieldValue] = {
             "state": TOMBSTONE,
             "tombstoned_at": _utc(now),
             TTL_FIELD: _utc(now + self.tombstone_seconds),
-            "claim": firestore.DELETE_FIELD,
+            "claim": None,
         }
         query = (
             self._collection.where(filter=FieldFilter("queue", "==", queue))
@@ -336,10 +332,8 @@ class FirestoreNameRegistry:
             page = list(query.stream(retry=self._read_retry, timeout=self.timeout))
             while page:
                 self._commit(
-                    lambda batch, snapshot: batch.update(
-                        snapshot.reference,
-                        tombstone,
-                        option=self._client.write_option(last_update_time=snapshot.update_time),
+                    lambda writes, snapshot: writes.update(
+                        snapshot.reference.path, tombstone, update_time=snapshot.update_time
                     ),
                     page,
                 )
@@ -362,15 +356,14 @@ class FirestoreNameRegistry:
     def close(self) -> None:
         self._client.close()  # type: ignore[no-untyped-call]
 
-    def _commit(self, fill: Callable[[BulkWriteBatch, T], None], items: Sequence[T]) -> list[int]:
+    def _commit(self, fill: Callable[[Writes, T], None], items: Sequence[T]) -> list[int]:
         """Apply one write per item with BatchWrite (non-atomic); the status code of each."""
         codes: list[int] = []
         for start in range(0, len(items), MAX_WRITES_PER_BATCH):
-            batch = BulkWriteBatch(self._client)
+            writes = Writes(self._client._database_string)
             for item in items[start : start + MAX_WRITES_PER_BATCH]:
-                fill(batch, item)
-            response = batch.commit(retry=self._write_retry, timeout=self.timeout)
-            codes.extend(int(status.code) for status in response.status)
+                fill(writes, item)
+            codes += send(self._client, writes, retry=self._write_retry, timeout=self.timeout)
         return codes
 
     def _read(self, refs: Sequence[firestore.DocumentReference]) -> dict[str, Any]:
@@ -396,9 +389,8 @@ class FirestoreNameRegistry:
             and mine(snapshot.to_dict() or {})
         ]
         self._commit(
-            lambda batch, snapshot: batch.delete(
-                snapshot.reference,
-                option=self._client.write_option(last_update_time=snapshot.update_time),
+            lambda writes, snapshot: writes.delete(
+                snapshot.reference.path, update_time=snapshot.update_time
             ),
             doomed,
         )
