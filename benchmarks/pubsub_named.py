@@ -53,13 +53,17 @@ def timed_adds(queue: Queue, batches: list[list[Task]], expect_refusal: bool) ->
     return seconds
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per mode")
     parser.add_argument("--calls", type=int, default=10, help="add calls per mode and round")
     parser.add_argument("--batch", type=int, default=100, help="named tasks per add call (<=100)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    run(rounds=args.rounds, calls=args.calls, batch=args.batch)
 
+
+def run(*, rounds: int, calls: int, batch: int) -> None:
+    """Time every mode and print the table."""
     pubsub_host = shared_emulator_host("pubsub")
     firestore_host = shared_emulator_host("firestore")
     project = f"bench-{uuid.uuid4().hex[:8]}"
@@ -84,17 +88,17 @@ def main() -> None:
 
     def duplicates() -> list[list[Task]]:
         """Batches re-using names already added on the Firestore queue (all refused)."""
-        return [[Task(b"x", name=t.name) for t in batch] for batch in taken[: args.calls]]
+        return [[Task(b"x", name=t.name) for t in added] for added in taken[:calls]]
 
     modes: dict[str, tuple[Queue, Callable[[], list[list[Task]]], bool]] = {
-        mode: (queue, lambda: [fresh_batch(args.batch) for _ in range(args.calls)], False)
+        mode: (queue, lambda: [fresh_batch(batch) for _ in range(calls)], False)
         for mode, queue in queues.items()
     }
     modes["firestore:// (names taken)"] = (duplicate_queue, duplicates, True)
 
     samples: dict[str, list[float]] = {mode: [] for mode in modes}
     order = list(modes)
-    for round_number in range(args.rounds):
+    for round_number in range(rounds):
         shift = round_number % len(order)
         for mode in order[shift:] + order[:shift]:
             queue, make, refused = modes[mode]
@@ -107,14 +111,14 @@ def main() -> None:
 
     print(f"Pub/Sub emulator {pubsub_host}, Firestore emulator {firestore_host}")
     print(
-        f"{args.rounds} rounds x {args.calls} add calls x {args.batch} named tasks per mode"
+        f"{rounds} rounds x {calls} add calls x {batch} named tasks per mode"
         " (medians over every call)\n"
     )
-    base_rate = args.batch / statistics.median(samples["no registry"])
+    base_rate = batch / statistics.median(samples["no registry"])
     print(f"{'mode':<28} {'median s/add':>13} {'tasks/s':>9} {'rate vs no registry':>20}")
     for mode, seconds in samples.items():
         median = statistics.median(seconds)
-        rate = args.batch / median
+        rate = batch / median
         print(f"{mode:<28} {median:>13.4f} {rate:>9.0f} {rate / base_rate:>19.2f}x")
 
     for backend in backends.values():
