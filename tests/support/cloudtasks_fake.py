@@ -243,6 +243,7 @@ class CloudTasksModel:
         countdown: float | None = None,
     ) -> str:
         """Put a task in the queue as a legacy producer would; return its name."""
+        self._declared(queue)
         if isinstance(eta, dt.datetime):
             eta = eta.timestamp()
         if eta is None:
@@ -266,8 +267,13 @@ class CloudTasksModel:
 
     def tasks(self, queue: str) -> list[ModelTask]:
         """Every task the service holds in the queue, leased or not, oldest ETA first."""
+        self._declared(queue)
         with self._lock:
             return stored_tasks(self._rpc, queue)
+
+    def _declared(self, queue: str) -> None:
+        if queue not in self._queues:
+            raise ValueError(f"queue {queue!r} is not declared; call create_queue({queue!r}) first")
 
     def fail(
         self,
