@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from google.api_core import exceptions as api_exceptions
 from google.cloud import firestore
 
-from pullqueue.dedupe import connect_registry
+from pullqueue.dedupe import connect_registry, firestore_writes
+from pullqueue.dedupe import firestore as firestore_module
 from pullqueue.dedupe.firestore import TTL_FIELD, FirestoreNameRegistry, document_id
-from pullqueue.errors import InvalidTaskNameError, TransientError
+from pullqueue.errors import InvalidTaskNameError, TaskAlreadyExistsError, TransientError
 from tests.support.emulators import free_port
 
 from .conftest import TOMBSTONE_SECONDS, FakeClock
@@ -115,4 +118,48 @@ def test_purge_reaches_every_live_name_past_one_page(firestore_url: str, clock: 
     registry.purge("orders")
     outcomes = registry.claim("orders", names)
     assert {type(o).__name__ for o in outcomes} == {"TombstonedTaskError"}
+    registry.close()
+
+
+def test_a_retried_request_recognises_its_own_claims(
+    firestore_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A BatchWrite applied but answered with an error is sent again: ALREADY_EXISTS then."""
+    real_send = firestore_writes.send
+
+    def applied_twice(*args: Any, **kwargs: Any) -> list[int]:
+        real_send(*args, **kwargs)
+        return real_send(*args, **kwargs)
+
+    registry = connect_registry(firestore_url)
+    registry.claim("orders", ["someone-elses"])
+    monkeypatch.setattr(firestore_module, "send", applied_twice)
+    outcomes = registry.claim("orders", ["mine", "someone-elses"])
+    assert [type(o).__name__ if o else None for o in outcomes] == [None, "TaskAlreadyExistsError"]
+    monkeypatch.undo()
+    assert isinstance(registry.claim("orders", ["mine"])[0], TaskAlreadyExistsError)
+    registry.close()
+
+
+def test_a_claim_that_fails_midway_gives_back_what_it_claimed(
+    firestore_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = connect_registry(firestore_url)
+    assert isinstance(registry, FirestoreNameRegistry)
+    registry.claim("orders", ["taken"])
+    real_read = registry._read
+    calls = iter(range(100))
+
+    def read_fails_once(refs: Any) -> Any:
+        if next(calls) == 0:
+            raise api_exceptions.ServiceUnavailable("registry went away")
+        return real_read(refs)
+
+    monkeypatch.setattr(registry, "_read", read_fails_once)
+    with pytest.raises(TransientError):
+        registry.claim("orders", ["fresh", "taken"])
+    monkeypatch.undo()
+    docs = {d.id: d.to_dict() for d in _collection(firestore_url).stream()}
+    assert set(docs) == {"orders.taken"}
+    assert registry.claim("orders", ["fresh"]) == [None]
     registry.close()
