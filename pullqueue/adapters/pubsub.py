@@ -20,7 +20,7 @@ from pullqueue.adapters.pubsub_keeper import LeaseKeeper
 from pullqueue.adapters.pubsub_layout import ATTR_ETA, QueueLayout
 from pullqueue.adapters.pubsub_leases import Lease, LeaseBook
 from pullqueue.adapters.pubsub_provision import Provisioner, QueueTopology
-from pullqueue.adapters.pubsub_rpc import MAX_ACK_DEADLINE, PubSubRpc
+from pullqueue.adapters.pubsub_rpc import MAX_ACK_DEADLINE, PARALLEL_PULLS, PubSubRpc
 from pullqueue.adapters.pubsub_wire import (
     Delivery,
     PubsubMessagePb,
@@ -49,6 +49,10 @@ RETENTION_RESERVE = 24 * 3600.0
 """... and so is one this close (seconds) to the end of the subscription's retention."""
 PUBLISH_TIME_RESOLUTION = 0.002
 """Seconds a purge waits after its cut so later tasks get a later publish time (ms precision)."""
+PULL_SHARE = 100
+"""Messages per pull when a lease call spreads a big pull over several (the emulator's cap)."""
+SAME_DEADLINE = 0.25
+"""Seconds a lease may end early to reuse the deadline its pull set (saving one call)."""
 NEXT_PULL_WAIT = 0.25
 """Seconds a pull waits on an empty subscription once the lease call has tasks to answer with."""
 
@@ -227,7 +231,15 @@ class PubSubBackend:
                     if room == 0:
                         break
                     want = min(want + room, 1000)
-                ready = self._pull(queue, topology, source, want, end, patient=not picked)
+                ready = self._pull(
+                    queue,
+                    topology,
+                    source,
+                    want,
+                    end,
+                    patient=not picked,
+                    spread=wanted is None,
+                )
                 if ready is None:
                     active.pop(0)
                     continue
@@ -284,23 +296,32 @@ class PubSubBackend:
         end: float,
         *,
         patient: bool,
+        spread: bool = False,
     ) -> list[Delivery] | None:
-        """One pull, sorted out: the available deliveries; None when the pull found nothing.
+        """Pull up to max_messages, sorted out: the available deliveries; None if none came.
 
-        A patient pull (nothing to answer with yet) waits up to pubsub_pull_wait for messages.
-
-        Copies this subscription should not serve (an emulator ignoring filters) are acked
-        away; tasks whose ETA is ahead are hidden until then with their ack deadline.
+        A patient pull (nothing to answer with yet) waits up to pubsub_pull_wait for messages;
+        `spread` splits a big pull into a few running side by side. Copies this subscription
+        should not serve (an emulator ignoring filters) are acked away; tasks whose ETA is
+        ahead are hidden until then with their ack deadline.
         """
         remaining = end - time.monotonic()
         wait = self.settings.pubsub_pull_wait if patient else NEXT_PULL_WAIT
-        received = self.rpc.pull(
+        total = max(1, min(max_messages, 1000))
+        parts = min(PARALLEL_PULLS, math.ceil(total / PULL_SHARE)) if spread else 1
+        sizes = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+        pulled_at = time.time()
+        results, failure = self.rpc.pull_many(
             source,
-            max(1, min(max_messages, 1000)),
+            sizes,
             queue=queue,
             wait=max(min(wait, remaining), 0.05),
             budget=max(remaining, 0.05),
         )
+        received = [item for result in results for item in result]
+        if failure is not None:
+            self._hold(queue, topology, [decode(source, item, pulled_at) for item in received])
+            raise failure
         if not received:
             return None
         rule = topology.rules[source]
@@ -313,7 +334,7 @@ class PubSubBackend:
             if not rule.serves(item.message.attributes):
                 foreign.append(item.ack_id)
                 continue
-            delivery = decode(source, item)
+            delivery = decode(source, item, pulled_at)
             if delivery.eta is not None and delivery.eta > now:
                 if self._near_limits(topology, delivery, now):
                     renew.append(delivery)
@@ -410,36 +431,47 @@ class PubSubBackend:
             picked = [d for d in picked if not self._over_retry_limit(d)]
         seconds = self._deadline_for(lease_seconds)
         now = time.time()
-        stale: set[str] = set()
+        expires = now + lease_seconds
+        # A delivery whose pull-time deadline already ends when the lease should (within
+        # SAME_DEADLINE, never after) needs no modifyAckDeadline: its lease ends at that deadline.
+        as_pulled: list[Delivery] = []
         by_source: dict[str, list[str]] = defaultdict(list)
         for delivery in picked:
-            by_source[delivery.subscription].append(delivery.ack_id)
+            pulled_end = delivery.pulled_at + topology.ack_deadline
+            if expires - SAME_DEADLINE <= pulled_end <= expires:
+                as_pulled.append(delivery)
+            else:
+                by_source[delivery.subscription].append(delivery.ack_id)
+        stale: set[str] = set()
         try:
             for source, ack_ids in by_source.items():
                 stale |= self.rpc.modify(source, ack_ids, seconds, queue=queue)
         except Error:
             self._hold(queue, topology, picked)
             raise
-        expires = now + lease_seconds
-        leases = [
-            Lease(queue=queue, delivery=d, expires=expires, held_until=now + seconds)
-            for d in picked
-            if d.ack_id not in stale
-        ]
+        kept = {d.ack_id for d in as_pulled}
+        leases = []
+        for delivery in picked:
+            if delivery.ack_id in kept:
+                end = delivery.pulled_at + topology.ack_deadline
+                leases.append(Lease(queue, delivery, expires=end, held_until=end))
+            elif delivery.ack_id not in stale:
+                leases.append(Lease(queue, delivery, expires=expires, held_until=now + seconds))
         self._book.add(leases)
         if lease_seconds > MAX_ACK_DEADLINE:
             self._keeper.poke()
+        counts = self._book.retry_counts([lease.delivery for lease in leases])
         return [
             Task.restore(
                 payload=lease.delivery.payload,
                 name=lease.delivery.name,
                 tag=lease.delivery.tag,
-                eta_posix=expires,
-                retry_count=self._book.retry_count(lease.delivery),
+                eta_posix=lease.expires,
+                retry_count=count,
                 lease_token=lease.ack_id,
                 queue_name=queue,
             )
-            for lease in leases
+            for lease, count in zip(leases, counts, strict=True)
         ]
 
     def _over_retry_limit(self, delivery: Delivery) -> bool:
@@ -558,8 +590,9 @@ class PubSubBackend:
         results = [False] * len(tasks)
         failures: list[Error] = []
         by_source: dict[str, list[tuple[int, Lease]]] = defaultdict(list)
-        for i, task in enumerate(tasks):
-            lease = self._book.find(queue, task)
+        for i, (task, lease) in enumerate(
+            zip(tasks, self._book.find_all(queue, tasks), strict=True)
+        ):
             if lease is None:
                 # A bare name this process holds no lease on: nothing deleted (was_deleted False);
                 # a lease token that is no longer current: the holder must hear about it.
@@ -573,17 +606,20 @@ class PubSubBackend:
                 continue
             by_source[lease.delivery.subscription].append((i, lease))
         deleted: list[str] = []
-        for source, items in by_source.items():
-            items.sort(key=lambda item: item[1].ack_id)
-            for _, lease in items:
+        for source, locked in by_source.items():
+            locked.sort(key=lambda item: item[1].ack_id)  # one lock order for every thread
+            for _, lease in locked:
                 lease.lock.acquire()
             try:
                 # Another thread may have deleted or released one while we waited for its lock.
-                items = [(i, lease) for i, lease in items if self._book.holds(lease)]
+                current = self._book.holding([lease for _, lease in locked])
+                items = [(i, lease) for i, lease in locked if lease.ack_id in current]
                 stale = self.rpc.ack(source, [le.ack_id for _, le in items], queue=queue)
+                acked = [le for _, le in items if le.ack_id not in stale]
+                self._book.remove_all(acked, deleted=True)
+                self._book.remove_all([le for _, le in items if le.ack_id in stale])
                 for i, lease in items:
                     if lease.ack_id in stale:
-                        self._book.remove(lease)
                         failures.append(
                             TaskLeaseExpiredError(
                                 "Pub/Sub refused the delete: the lease ended and the task may"
@@ -593,11 +629,10 @@ class PubSubBackend:
                             )
                         )
                     else:
-                        self._book.remove(lease, deleted=True)
                         results[i] = True
                         deleted.append(lease.delivery.name)
             finally:
-                for _, lease in by_source[source]:
+                for _, lease in locked:
                     lease.lock.release()
         if self.names is not None and deleted:
             self.names.tombstone(queue, deleted)

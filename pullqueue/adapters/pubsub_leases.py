@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pullqueue.adapters.pubsub_wire import Delivery
@@ -36,10 +36,10 @@ class Lease:
     """Pub/Sub took the lease back before it ended (a renewal came too late)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     """Orders the holder's modify/delete and the keeper's renewal of this one lease."""
+    ack_id: str = field(init=False)
 
-    @property
-    def ack_id(self) -> str:
-        return self.delivery.ack_id
+    def __post_init__(self) -> None:
+        self.ack_id = self.delivery.ack_id
 
     def needs_keeper(self) -> bool:
         """True while the lease ends after what Pub/Sub currently holds for it."""
@@ -75,25 +75,47 @@ class LeaseBook:
     def find(self, queue: str, task: Task) -> Lease | None:
         """The lease behind a task: the one its lease token names (None when that lease is gone,
         even if the task was leased again since), or for a bare name the newest lease of it."""
+        return self.find_all(queue, [task])[0]
+
+    def find_all(self, queue: str, tasks: Sequence[Task]) -> list[Lease | None]:
+        """find() for many tasks under one lock."""
+        found: list[Lease | None] = []
         with self._lock:
-            if task.lease_token is not None:
-                lease = self._leases.get(task.lease_token)
-                if lease is not None and lease.queue == queue and lease.delivery.name == task.name:
-                    return lease
-                return None
-            ack_ids = self._by_name.get((queue, task.name or ""))
-            return self._leases[ack_ids[-1]] if ack_ids else None
+            for task in tasks:
+                lease: Lease | None
+                if task.lease_token is not None:
+                    lease = self._leases.get(task.lease_token)
+                    if lease is not None and (lease.queue, lease.delivery.name) != (
+                        queue,
+                        task.name,
+                    ):
+                        lease = None
+                else:
+                    ack_ids = self._by_name.get((queue, task.name or ""))
+                    lease = self._leases[ack_ids[-1]] if ack_ids else None
+                found.append(lease)
+        return found
+
+    def holding(self, leases: Iterable[Lease]) -> set[str]:
+        """The ack ids of those leases still in the book."""
+        with self._lock:
+            return {le.ack_id for le in leases if self._leases.get(le.ack_id) is le}
 
     def remove(self, lease: Lease, *, deleted: bool = False) -> None:
         """Forget a lease (acked, released or lost); deleted=True remembers its name as gone."""
+        self.remove_all([lease], deleted=deleted)
+
+    def remove_all(self, leases: Iterable[Lease], *, deleted: bool = False) -> None:
+        """remove() for many leases under one lock."""
         with self._lock:
-            self._forget(lease)
-            if deleted:
-                key = (lease.queue, lease.delivery.name)
-                self._deleted[key] = None
-                self._deleted.move_to_end(key)
-                while len(self._deleted) > RECENT_NAMES:
-                    self._deleted.popitem(last=False)
+            for lease in leases:
+                self._forget(lease)
+                if deleted:
+                    key = (lease.queue, lease.delivery.name)
+                    self._deleted[key] = None
+                    self._deleted.move_to_end(key)
+            while len(self._deleted) > RECENT_NAMES:
+                self._deleted.popitem(last=False)
 
     def _forget(self, lease: Lease) -> None:
         if self._leases.pop(lease.ack_id, None) is None:
@@ -222,6 +244,10 @@ class LeaseBook:
     def retry_count(self, delivery: Delivery) -> int:
         """Leases of the message so far, this one included: Pub/Sub's delivery attempt less the
         deliveries this process consumed without handing the task out."""
+        return self.retry_counts([delivery])[0]
+
+    def retry_counts(self, deliveries: Iterable[Delivery]) -> list[int]:
+        """retry_count() for many deliveries under one lock."""
         with self._lock:
-            skipped = self._skipped.get(delivery.message_id, 0)
-        return max(delivery.attempt - skipped, 1)
+            skipped = self._skipped
+            return [max(d.attempt - skipped.get(d.message_id, 0), 1) for d in deliveries]

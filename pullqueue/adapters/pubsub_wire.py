@@ -112,6 +112,8 @@ class Delivery:
     """Pub/Sub's delivery_attempt (1 on first delivery; 0 without a dead-letter policy)."""
     retry_limit: int | None
     attributes: Mapping[str, str]
+    pulled_at: float
+    """Local time just before the pull that brought it: its ack deadline runs from after this."""
 
     @property
     def order(self) -> float:
@@ -119,7 +121,7 @@ class Delivery:
         return self.eta if self.eta is not None else self.published
 
 
-def decode(subscription: str, received: object) -> Delivery:
+def decode(subscription: str, received: object, pulled_at: float) -> Delivery:
     """A ReceivedMessage protobuf as a Delivery; messages from other publishers are accepted.
 
     A message without task_name is named after its message id; an eta that is not RFC 3339 is
@@ -143,4 +145,5 @@ def decode(subscription: str, received: object) -> Delivery:
         attempt=received.delivery_attempt,  # type: ignore[attr-defined]
         retry_limit=int(limit_text) if limit_text and limit_text.isdigit() else None,
         attributes=attributes,
+        pulled_at=pulled_at,
     )
