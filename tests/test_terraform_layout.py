@@ -375,8 +375,11 @@ def test_pull_subscriptions_have_the_settings_the_adapter_needs() -> None:
     assert "max_delivery_attempts" in unquote(dead_letter["max_delivery_attempts"])
     (expiration,) = pull["expiration_policy"]
     assert unquote(expiration["ttl"]) == "", "subscriptions must never expire"
-    (retry,) = pull["retry_policy"]
-    assert set(retry) - {"__is_block__"} == {"minimum_backoff", "maximum_backoff"}
+    assert "retry_policy" not in pull, "a fixed retry policy would delay released leases"
+    (retry,) = pull["dynamic"]
+    ((block_name, block),) = retry.items()
+    assert unquote(block_name) == "retry_policy"
+    assert "minimum_backoff == null ? []" in unquote(block["for_each"])
     assert "ack_deadline_seconds" in unquote(pull["ack_deadline_seconds"])
     assert "message_retention_duration" in unquote(pull["message_retention_duration"])
 

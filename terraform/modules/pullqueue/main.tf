@@ -80,9 +80,14 @@ resource "google_pubsub_subscription" "pull" {
     ttl = ""
   }
 
-  retry_policy {
-    minimum_backoff = var.queues[each.value.queue].minimum_backoff
-    maximum_backoff = var.queues[each.value.queue].maximum_backoff
+  # No retry policy by default: a lease released with modify_lease(0) is available again at
+  # once, as in the legacy queue. Setting both backoffs trades that for a redelivery backoff.
+  dynamic "retry_policy" {
+    for_each = var.queues[each.value.queue].minimum_backoff == null ? [] : [var.queues[each.value.queue]]
+    content {
+      minimum_backoff = retry_policy.value.minimum_backoff
+      maximum_backoff = retry_policy.value.maximum_backoff
+    }
   }
 
   dead_letter_policy {

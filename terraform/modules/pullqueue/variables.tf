@@ -40,8 +40,8 @@ variable "queues" {
     max_delivery_attempts      = optional(number, 100)
     ack_deadline_seconds       = optional(number, 60)
     message_retention_duration = optional(string, "2678400s")
-    minimum_backoff            = optional(string, "1s")
-    maximum_backoff            = optional(string, "60s")
+    minimum_backoff            = optional(string)
+    maximum_backoff            = optional(string)
     labels                     = optional(map(string), {})
   }))
 
@@ -101,11 +101,13 @@ variable "queues" {
   validation {
     condition = alltrue([
       for queue in values(var.queues) :
-      can(regex("^[0-9]+s$", queue.minimum_backoff)) && can(regex("^[0-9]+s$", queue.maximum_backoff))
-      && try(tonumber(trimsuffix(queue.maximum_backoff, "s")) <= 600, false)
-      && try(tonumber(trimsuffix(queue.minimum_backoff, "s")) <= tonumber(trimsuffix(queue.maximum_backoff, "s")), false)
+      (queue.minimum_backoff == null && queue.maximum_backoff == null) || (
+        can(regex("^[0-9]+s$", queue.minimum_backoff)) && can(regex("^[0-9]+s$", queue.maximum_backoff))
+        && try(tonumber(trimsuffix(queue.maximum_backoff, "s")) <= 600, false)
+        && try(tonumber(trimsuffix(queue.minimum_backoff, "s")) <= tonumber(trimsuffix(queue.maximum_backoff, "s")), false)
+      )
     ])
-    error_message = "minimum_backoff and maximum_backoff must be whole seconds like \"10s\", 0s to 600s, with minimum_backoff <= maximum_backoff."
+    error_message = "minimum_backoff and maximum_backoff are set together or not at all: whole seconds like \"10s\", 0s to 600s, with minimum_backoff <= maximum_backoff. Unset, a released lease comes back at once, as in the legacy queue."
   }
 
   validation {
