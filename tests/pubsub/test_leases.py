@@ -6,12 +6,14 @@ lease still starts and ends when the caller asked, and that a lease that is gone
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
 from pullqueue import Queue, Task, TaskLeaseExpiredError, TombstonedTaskError
 from tests.pubsub.conftest import MakeBackend
+from tests.support.emulators import free_port
 
 
 def _wait_for(queue: Queue, timeout: float, lease_seconds: float = 60) -> tuple[list[Task], float]:
@@ -155,3 +157,40 @@ def test_closing_gives_leases_back(make_backend: MakeBackend) -> None:
     other = Queue("closing", make_backend())
     back = other.lease(60, 10)
     assert len(back) == 5 and all(t.retry_count == 2 for t in back)
+
+
+def test_a_lease_the_keeper_could_not_renew_is_reported_not_kept(
+    make_backend: MakeBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = make_backend(pubsub_keeper_period=0.5, pubsub_lease_window=2)
+    holder = Queue("lapsed", backend)
+    other = Queue("lapsed", make_backend())
+    holder.add(Task(b"x", name="lapsed"))
+    (task,) = holder.lease(3600, 10)
+    # Cut the holder off from Pub/Sub for longer than a window: its renewals fail.
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{free_port()}")
+    healthy, backend.rpc = backend.rpc, type(backend.rpc)(backend.project, 0.3)
+    try:
+        back, _ = _wait_for(other, timeout=8)
+    finally:
+        backend.rpc.close()
+        backend.rpc = healthy
+    monkeypatch.undo()
+    assert [t.name for t in back] == ["lapsed"]
+    time.sleep(1.0)  # a keeper pass on the healthy connection finds the lease gone
+    with pytest.raises(TaskLeaseExpiredError):
+        holder.modify_lease(task, 60)
+    with pytest.raises(TaskLeaseExpiredError):
+        holder.delete(task)
+    assert other.delete(back)[0].was_deleted
+
+
+def test_close_stops_the_keeper_thread(make_backend: MakeBackend) -> None:
+    backend = make_backend(pubsub_keeper_period=0.5, pubsub_lease_window=2)
+    queue = Queue("threads", backend)
+    queue.add(Task(b"x"))
+    queue.lease(3600, 10)
+    assert any(t.name == "pullqueue-pubsub-lease-keeper" for t in threading.enumerate())
+    backend.close()
+    assert not any(t.name == "pullqueue-pubsub-lease-keeper" for t in threading.enumerate())
+    assert not any(t.name.startswith("pullqueue-pubsub-pull") for t in threading.enumerate())

@@ -114,3 +114,13 @@ def test_tasks_pulled_for_another_tag_are_held_then_released(make_backend: MakeB
     back = other.lease(60, 10)
     assert len(back) == 3 and {t.tag for t in back} == {"alpha"}
     assert all(t.retry_count == 2 for t in back)
+
+
+def test_the_held_buffer_is_bounded(make_backend: MakeBackend) -> None:
+    holder = Queue("bounded", make_backend(pubsub_hold_max=2, pubsub_hold_seconds=30))
+    other = Queue("bounded", make_backend())
+    holder.add([Task(b"a", tag="alpha") for _ in range(5)] + [Task(b"b", tag="beta")])
+    assert [t.tag for t in holder.lease(60, 10, tag="beta")] == ["beta"]
+    # Two alphas are held (for 30 s); the others went straight back to the subscription.
+    assert len(other.lease(60, 10)) == 3
+    assert len(holder.lease(60, 10, tag="alpha")) == 2
