@@ -138,6 +138,13 @@ class FileQueueBackend:
             row = db.execute(
                 "SELECT eta_usec FROM tasks WHERE queue = ? AND name = ?", (queue, task.name)
             ).fetchone()
+            if (
+                row is None
+                and db.execute(
+                    "SELECT 1 FROM tombstones WHERE queue = ? AND name = ?", (queue, task.name)
+                ).fetchone()
+            ):
+                raise TombstonedTaskError("the task was deleted", queue=queue, task=task.name)
             now_usec = to_usec(self.now())
             if row is None or str(row[0]) != task.lease_token or row[0] < now_usec:
                 raise TaskLeaseExpiredError("the lease is not current", queue=queue, task=task.name)
