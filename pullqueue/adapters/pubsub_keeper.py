@@ -71,6 +71,9 @@ class LeaseKeeper:
                 # The holders find out through TaskLeaseExpiredError if a lease is lost; the
                 # next pass retries renewals that did not go through.
                 log.warning("lease keeper pass failed, retrying in %.1f s: %s", self.period, exc)
+            except Exception:
+                # Not a Pub/Sub failure: a defect. Keep renewing the other leases regardless.
+                log.exception("lease keeper pass failed unexpectedly; retrying")
             self._wake.wait(self._sleep())
 
     def run_once(self) -> None:
