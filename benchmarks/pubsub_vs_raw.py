@@ -5,7 +5,11 @@ futures) and consume them (pullqueue: lease 1000 + delete; raw: synchronous pull
 on identical subscriptions (exactly-once delivery, dead-letter policy). Runs alternate, and the
 medians over the repetitions and their ratios are printed. Usage:
 
-    python benchmarks/pubsub_vs_raw.py [--tasks N] [--repeat R] [--payload BYTES]
+    python benchmarks/pubsub_vs_raw.py [--tasks N] [--repeat R] [--payload BYTES] [--named]
+
+--named also times named adds with no task-name registry, the in-memory one and Firestore
+(benchmarks/pubsub_named.py, which starts the Firestore emulator unless FIRESTORE_EMULATOR_HOST
+is set).
 
 The emulator is PUBSUB_EMULATOR_HOST when set, else one started (and stopped) here.
 """
@@ -103,6 +107,9 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10_000, help="tasks per run (default 10000)")
     parser.add_argument("--repeat", type=int, default=5, help="runs per side (default 5)")
     parser.add_argument("--payload", type=int, default=100, help="payload bytes (default 100)")
+    parser.add_argument(
+        "--named", action="store_true", help="also time named adds with and without a registry"
+    )
     args = parser.parse_args()
     emulator = None
     if not os.environ.get("PUBSUB_EMULATOR_HOST"):
@@ -132,6 +139,11 @@ def main() -> None:
             ours = statistics.median(rates["pullqueue"][direction])
             theirs = statistics.median(rates["raw"][direction])
             print(f"{direction:<14}{ours:>14.0f}{theirs:>12.0f}{ours / theirs:>8.2f}")
+        if args.named:
+            from pubsub_named import run as run_named
+
+            print("\nnamed adds (benchmarks/pubsub_named.py)")
+            run_named(rounds=args.repeat, calls=10, batch=100)
     finally:
         if emulator is not None:
             emulator.stop()
