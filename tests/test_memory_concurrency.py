@@ -7,6 +7,7 @@ never lost, whatever the interleaving of adds, leases by tag, releases and delet
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 from collections import Counter
@@ -21,6 +22,15 @@ TAGS = ["a", "b", "c", None]
 
 
 def test_each_task_is_processed_exactly_once() -> None:
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often, so unsafe code would be caught
+    try:
+        _run_workers()
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def _run_workers() -> None:
     queue = Queue("busy", MemoryBackend())
     added: list[str] = []
     deleted: Counter[str] = Counter()
@@ -38,10 +48,12 @@ def test_each_task_is_processed_exactly_once() -> None:
             with record:
                 added.extend(t.name for t in batch if t.name)
 
+    give_up = time.monotonic() + 60
+
     def work(index: int) -> None:
         rng = random.Random(100 + index)
         try:
-            while True:
+            while time.monotonic() < give_up:
                 how = rng.random()
                 if how < 0.4:
                     leased = queue.lease(60, rng.randint(1, 50))
@@ -64,17 +76,18 @@ def test_each_task_is_processed_exactly_once() -> None:
         except BaseException as exc:
             errors.append(exc)
 
-    producers = [threading.Thread(target=produce, args=(i,)) for i in range(PRODUCERS)]
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(WORKERS)]
+    producers = [threading.Thread(target=produce, args=(i,), daemon=True) for i in range(PRODUCERS)]
+    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(WORKERS)]
     for thread in producers + workers:
         thread.start()
     for thread in producers:
-        thread.join()
+        thread.join(timeout=60)
     producers_done.set()
     for thread in workers:
-        thread.join(timeout=120)
+        thread.join(timeout=max(0.0, give_up - time.monotonic()) + 1)
     assert not errors, errors[0]
-    assert not any(thread.is_alive() for thread in workers)
+    assert not any(thread.is_alive() for thread in producers + workers)
+    assert time.monotonic() < give_up, "the workers did not drain the queue within 60 s"
     assert len(added) == len(set(added)) == TASKS
     twice = [name for name, count in deleted.items() if count > 1]
     assert not twice, f"deleted more than once: {twice[:5]}"
