@@ -31,6 +31,7 @@ from pullqueue import (
 )
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.compat import taskqueue
+from pullqueue.dedupe import MemoryNameRegistry
 from pullqueue.dedupe.firestore import FirestoreNameRegistry
 from tests.support.emulators import free_port, shared_emulator_host
 
@@ -250,3 +251,18 @@ def test_unnamed_tasks_are_added_without_asking_the_registry(connect: Any, colle
     assert all(t.name for t in tasks)
     assert [d["name"] for d in _registry_docs(collection)] == ["named"]
     assert len(_lease_everything(queue, quiet=1.0)) == 2
+
+
+def test_connect_option_overrides_the_environment(
+    project: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PULLQUEUE_DEDUPE_URL", "firestore://pullqueue-test")
+    with_memory = pullqueue.connect(f"pubsub://{project}", dedupe_url="memory://")
+    without = pullqueue.connect(f"pubsub://{project}", dedupe_url=None)
+    try:
+        assert isinstance(with_memory, PubSubBackend) and isinstance(without, PubSubBackend)
+        assert isinstance(with_memory.names, MemoryNameRegistry)
+        assert without.names is None
+    finally:
+        with_memory.close()
+        without.close()
