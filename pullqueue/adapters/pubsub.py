@@ -432,14 +432,16 @@ class PubSubBackend:
         seconds = self._deadline_for(lease_seconds)
         now = time.time()
         expires = now + lease_seconds
-        # A delivery whose pull-time deadline already ends when the lease should (within
-        # SAME_DEADLINE, never after) needs no modifyAckDeadline: its lease ends at that deadline.
-        as_pulled: list[Delivery] = []
+        # A delivery whose pull-time deadline (known only when read from the subscription)
+        # already ends when the lease should, within SAME_DEADLINE and never after, needs no
+        # modifyAckDeadline: its lease ends at that deadline.
+        as_pulled: dict[str, float] = {}
         by_source: dict[str, list[str]] = defaultdict(list)
         for delivery in picked:
-            pulled_end = delivery.pulled_at + topology.ack_deadline
+            deadline = topology.ack_deadlines.get(delivery.subscription)
+            pulled_end = delivery.pulled_at + deadline if deadline is not None else -1.0
             if expires - SAME_DEADLINE <= pulled_end <= expires:
-                as_pulled.append(delivery)
+                as_pulled[delivery.ack_id] = pulled_end
             else:
                 by_source[delivery.subscription].append(delivery.ack_id)
         stale: set[str] = set()
@@ -449,11 +451,10 @@ class PubSubBackend:
         except Error:
             self._hold(queue, topology, picked)
             raise
-        kept = {d.ack_id for d in as_pulled}
         leases = []
         for delivery in picked:
-            if delivery.ack_id in kept:
-                end = delivery.pulled_at + topology.ack_deadline
+            end = as_pulled.get(delivery.ack_id)
+            if end is not None:
                 leases.append(Lease(queue, delivery, expires=end, held_until=end))
             elif delivery.ack_id not in stale:
                 leases.append(Lease(queue, delivery, expires=expires, held_until=now + seconds))

@@ -39,6 +39,8 @@ class QueueTopology:
     """Subscription path -> which messages it serves (its filter, evaluated here too)."""
     ack_deadline: int
     """The shortest ack deadline (s) of the subscriptions: a pulled message is ours that long."""
+    ack_deadlines: Mapping[str, int]
+    """Subscription path -> its ack deadline, as read from Pub/Sub (empty when not verified)."""
     max_attempts: int
     """Deliveries before Pub/Sub dead-letters a message (its dead-letter policy)."""
     retention: float
@@ -89,7 +91,7 @@ class Provisioner:
             wanted[path] = tag_filter(tag)
             tags[tag] = path
             rules[path] = SubscriptionRule(tag=tag, declared=declared)
-        deadlines: list[int] = []
+        deadlines: dict[str, int] = {}
         attempts: list[int] = []
         retentions: list[float] = []
         verified = True
@@ -121,7 +123,7 @@ class Provisioner:
                 verified = False
                 continue
             self._check(found, path, topic, expected_filter, queue)
-            deadlines.append(int(found.ack_deadline_seconds))
+            deadlines[path] = int(found.ack_deadline_seconds)
             attempts.append(int(found.dead_letter_policy.max_delivery_attempts))
             retentions.append(_seconds(found.message_retention_duration))
         return QueueTopology(
@@ -130,7 +132,8 @@ class Provisioner:
             workers=workers,
             tags=tags,
             rules=rules,
-            ack_deadline=min(deadlines, default=self.settings.pubsub_ack_deadline),
+            ack_deadline=min(deadlines.values(), default=self.settings.pubsub_ack_deadline),
+            ack_deadlines=deadlines if verified else {},
             max_attempts=min(attempts, default=self.settings.pubsub_max_delivery_attempts),
             retention=min(retentions, default=float(self.settings.pubsub_retention_seconds)),
             verified=verified,

@@ -194,3 +194,25 @@ def test_close_stops_the_keeper_thread(make_backend: MakeBackend) -> None:
     backend.close()
     assert not any(t.name == "pullqueue-pubsub-lease-keeper" for t in threading.enumerate())
     assert not any(t.name.startswith("pullqueue-pubsub-pull") for t in threading.enumerate())
+
+
+def test_a_lease_as_long_as_the_subscription_deadline_holds_the_same(
+    make_backend: MakeBackend,
+) -> None:
+    holder = Queue("sixty", make_backend(pubsub_ack_deadline=20))
+    other = Queue("sixty", make_backend())
+    holder.add([Task(b"x", name="a"), Task(b"y", name="b")])
+    before = time.time()
+    # 20 s is the subscription's own deadline: the pull already set it.
+    leased = holder.lease(20, 10)
+    after = time.time()
+    assert len(leased) == 2
+    for task in leased:
+        assert task.eta_posix is not None
+        assert before + 20 - 0.25 <= task.eta_posix <= after + 20
+    assert other.lease(60, 10) == []
+    holder.modify_lease(leased[0], 1)
+    time.sleep(2.2)
+    (back,) = other.lease(60, 10)
+    assert back.name == leased[0].name and back.retry_count == 2
+    assert holder.delete(leased[1])[0].was_deleted
