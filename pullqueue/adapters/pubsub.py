@@ -319,10 +319,9 @@ class PubSubBackend:
             budget=max(remaining, 0.05),
         )
         received = [item for result in results for item in result]
-        if failure is not None:
-            self._hold(queue, topology, [decode(source, item, pulled_at) for item in received])
-            raise failure
         if not received:
+            if failure is not None:
+                raise failure
             return None
         rule = topology.rules[source]
         now = time.time()
@@ -351,6 +350,10 @@ class PubSubBackend:
             self._book.skipped(deliveries)
         if renew:
             self._republish(queue, topology, renew)
+        if failure is not None:
+            # Another pull of this round failed: keep what came for the next call, then say so.
+            self._hold(queue, topology, ready)
+            raise failure
         return ready
 
     def _near_limits(self, topology: QueueTopology, delivery: Delivery, now: float) -> bool:
@@ -392,7 +395,7 @@ class PubSubBackend:
             return
         hold_for = min(self.settings.pubsub_hold_seconds, topology.ack_deadline / 2)
         overflow = self._book.hold(
-            queue, deliveries, time.time() + hold_for, self.settings.pubsub_hold_max
+            queue, deliveries, hold_for, self.settings.pubsub_hold_max, time.time()
         )
         if len(overflow) < len(deliveries):
             self._keeper.poke()
@@ -607,6 +610,30 @@ class PubSubBackend:
                 continue
             by_source[lease.delivery.subscription].append((i, lease))
         deleted: list[str] = []
+        try:
+            self._ack_leases(queue, tasks, by_source, results, failures, deleted)
+        finally:
+            if self.names is not None and deleted:
+                self.names.tombstone(queue, deleted)
+            # Queue.delete sets was_deleted from the results; when this call raises, it is
+            # set here, so the caller still sees which tasks are gone.
+            for task, done in zip(tasks, results, strict=True):
+                if done:
+                    task.was_deleted = True
+        if failures:
+            raise failures[0]
+        return results
+
+    def _ack_leases(
+        self,
+        queue: str,
+        tasks: Sequence[Task],
+        by_source: dict[str, list[tuple[int, Lease]]],
+        results: list[bool],
+        failures: list[Error],
+        deleted: list[str],
+    ) -> None:
+        """Acknowledge leases per subscription, filling results, failures and deleted names."""
         for source, locked in by_source.items():
             locked.sort(key=lambda item: item[1].ack_id)  # one lock order for every thread
             for _, lease in locked:
@@ -635,14 +662,6 @@ class PubSubBackend:
             finally:
                 for _, lease in locked:
                     lease.lock.release()
-        if self.names is not None and deleted:
-            self.names.tombstone(queue, deleted)
-        if failures:
-            for task, done in zip(tasks, results, strict=True):
-                if done:
-                    task.was_deleted = True
-            raise failures[0]
-        return results
 
     @staticmethod
     def _no_lease(queue: str, task: Task) -> TaskLeaseExpiredError:

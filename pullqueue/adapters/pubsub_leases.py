@@ -169,15 +169,21 @@ class LeaseBook:
     # Held deliveries: pulled for no one yet, served to this process's next lease calls
 
     def hold(
-        self, queue: str, deliveries: Iterable[Delivery], until: float, limit: int
+        self, queue: str, deliveries: Iterable[Delivery], hold_for: float, limit: int, now: float
     ) -> list[Delivery]:
-        """Keep deliveries until `until`, at most `limit` per queue; the ones that did not fit."""
+        """Keep deliveries until hold_for seconds after their pull, at most `limit` per queue;
+        the ones that did not fit or whose time is already up.
+
+        The clock starts at the pull, not here: a delivery held, taken and held again never
+        outstays the ack deadline its pull set.
+        """
         overflow: list[Delivery] = []
         with self._lock:
             held = self._held.setdefault(queue, OrderedDict())
             for delivery in deliveries:
-                if len(held) < limit:
-                    held[delivery.ack_id] = _Held(delivery, until)
+                release_at = delivery.pulled_at + hold_for
+                if len(held) < limit and release_at > now:
+                    held[delivery.ack_id] = _Held(delivery, release_at)
                 else:
                     overflow.append(delivery)
         return overflow

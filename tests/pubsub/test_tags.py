@@ -124,3 +124,22 @@ def test_the_held_buffer_is_bounded(make_backend: MakeBackend) -> None:
     # Two alphas are held (for 30 s); the others went straight back to the subscription.
     assert len(other.lease(60, 10)) == 3
     assert len(holder.lease(60, 10, tag="alpha")) == 2
+
+
+def test_a_task_held_again_keeps_its_first_release_time(make_backend: MakeBackend) -> None:
+    holder = Queue("rehold", make_backend(pubsub_hold_seconds=2.0))
+    other = Queue("rehold", make_backend())
+    holder.add([Task(b"a", name=f"a{i}", tag="alpha") for i in range(3)])
+    holder.add([Task(b"b", name=f"b{i}", tag="beta") for i in range(3)] + [Task(b"g", tag="g")])
+    start = time.monotonic()
+    assert len(holder.lease(60, 10, tag="g")) == 1  # alphas and betas are now held
+    time.sleep(1.0)
+    # Grouping takes every held task, leases the oldest tag and holds the betas again ...
+    assert {t.tag for t in holder.lease(60, 10, group_by_tag=True)} == {"alpha"}
+    # ... still due back two seconds after their pull, not two seconds after this call.
+    back: list[Task] = []
+    while len(back) < 3 and time.monotonic() - start < 10:
+        back += other.lease(60, 10)
+        time.sleep(0.05)
+    assert {t.tag for t in back} == {"beta"} and len(back) == 3
+    assert time.monotonic() - start < 2.9
