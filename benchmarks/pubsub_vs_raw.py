@@ -2,8 +2,9 @@
 
 Both sides publish N tasks (pullqueue: Queue.add of 100; raw: the client's batched publish with
 futures) and consume them (pullqueue: lease 1000 + delete; raw: synchronous pull of 1000 + ack)
-on identical subscriptions (exactly-once delivery, dead-letter policy). Runs alternate, and the
-medians over the repetitions and their ratios are printed. Usage:
+on identical subscriptions (exactly-once delivery, dead-letter policy). After one warm-up run per
+side, runs alternate (ABBA), and the medians over the repetitions and their ratios are printed.
+Usage:
 
     python benchmarks/pubsub_vs_raw.py [--tasks N] [--repeat R] [--payload BYTES] [--named]
 
@@ -27,14 +28,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from google.auth.credentials import AnonymousCredentials  # noqa: E402
-from google.cloud import pubsub_v1  # noqa: E402
-from google.pubsub_v1 import SubscriberClient  # noqa: E402
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import pubsub_v1
+from google.pubsub_v1 import SubscriberClient
 
-from pullqueue import Queue, Settings, Task  # noqa: E402
-from pullqueue.adapters.pubsub import PubSubBackend  # noqa: E402
-from pullqueue.adapters.pubsub_layout import QueueLayout  # noqa: E402
-from tests.support.emulators import start_emulator  # noqa: E402
+from pullqueue import Queue, Settings, Task
+from pullqueue.adapters.pubsub import PubSubBackend
+from pullqueue.adapters.pubsub_layout import QueueLayout
+from tests.support.emulators import start_emulator
 
 
 def pullqueue_round(project: str, tasks: int, payload: bytes) -> tuple[float, float]:
@@ -105,7 +106,7 @@ def raw_round(project: str, tasks: int, payload: bytes) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=10_000, help="tasks per run (default 10000)")
-    parser.add_argument("--repeat", type=int, default=5, help="runs per side (default 5)")
+    parser.add_argument("--repeat", type=int, default=7, help="runs per side (default 7)")
     parser.add_argument("--payload", type=int, default=100, help="payload bytes (default 100)")
     parser.add_argument(
         "--named", action="store_true", help="also time named adds with and without a registry"
@@ -122,13 +123,15 @@ def main() -> None:
             "pullqueue": pullqueue_round,
             "raw": raw_round,
         }
-        sides["pullqueue"](project, 1000, payload)  # warm up both sides
-        sides["raw"](project, 1000, payload)
+        for run in sides.values():  # warm up both sides (and the emulator's JIT)
+            run(project, args.tasks, payload)
         rates: dict[str, dict[str, list[float]]] = {
             side: {"publish": [], "lease+delete": []} for side in sides
         }
-        for _ in range(args.repeat):
-            for side, run in sides.items():
+        for repetition in range(args.repeat):
+            # Alternate which side goes first, so drift in the emulator favours neither.
+            order = list(sides.items())
+            for side, run in order if repetition % 2 == 0 else reversed(order):
                 published, consumed = run(project, args.tasks, payload)
                 rates[side]["publish"].append(args.tasks / published)
                 rates[side]["lease+delete"].append(args.tasks / consumed)
