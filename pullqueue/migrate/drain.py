@@ -10,10 +10,8 @@ import math
 import os
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pullqueue import limits
@@ -23,13 +21,16 @@ from pullqueue.errors import (
     BadTaskStateError,
     ConfigurationError,
     Error,
-    TaskAlreadyExistsError,
     TaskLeaseExpiredError,
     TombstonedTaskError,
     TransientError,
 )
-from pullqueue.migrate.journal import IN_DOUBT, WRITTEN, CrashedRun, Journal
-from pullqueue.migrate.report import MAX_LISTED, DryRun, MigrationReport, Waiting, iso
+from pullqueue.migrate.dryrun import dry_run
+from pullqueue.migrate.journal import IN_DOUBT, WRITTEN, CrashedRun, HeldLease, Journal
+from pullqueue.migrate.pipeline import Pipeline
+from pullqueue.migrate.remaining import account_remaining
+from pullqueue.migrate.report import MigrationReport
+from pullqueue.migrate.send import Sender, Sent
 from pullqueue.queue import Queue
 from pullqueue.ratelimit import shared_limiter
 from pullqueue.task import QueueStats, Task
@@ -38,17 +39,17 @@ from pullqueue.worker.backoff import Backoff
 DEFAULT_LEASE_SECONDS = 60.0
 DEFAULT_QUIET_PERIOD = 10.0
 DEFAULT_WRITE_THREADS = 8
+PIPELINE_DEPTH = 2
+"""Batches in flight: one being written while the next is leased."""
 LEASE_CLOCK_SLACK = 2.0
 """Seconds added to a lease's end when waiting it out: the source's clock may run ahead."""
 MAX_DESTINATION_FAILURES = 3
 """Batches in a row the destination may fail (after retries) before the drain stops."""
 DELETE_ATTEMPTS = 5
-
 EMPTY = "the source stayed empty"
-STOPPED_EARLY = "not moved: the drain stopped before the source was empty (run it again)"
+STOPPED = "stop requested"
 
 ProgressCallback = Callable[[MigrationReport], None]
-_DUPLICATE = (TaskAlreadyExistsError, TombstonedTaskError)
 _LEASE_GONE = (TaskLeaseExpiredError, TombstonedTaskError, BadTaskStateError)
 
 
@@ -66,29 +67,13 @@ class _Stop(Exception):
 
 
 @dataclass
-class _Sent:
-    """What one write of tasks to the destination came to."""
+class _Batch:
+    """Named tasks from one lease call (or one slice of a listing), as recorded."""
 
-    confirmed: list[Task] = field(default_factory=list)
-    duplicates: list[Task] = field(default_factory=list)
-    failed: list[tuple[Task, Error]] = field(default_factory=list)
-    unsent: list[Task] = field(default_factory=list)
-    uncertain: set[str] = field(default_factory=set)
-    """Names whose add ended without a known outcome (they may be in the destination)."""
-    resent_in_doubt: int = 0
-    error: BaseException | None = None
-    fatal: bool = False
-
-    def merge(self, other: _Sent) -> None:
-        self.confirmed += other.confirmed
-        self.duplicates += other.duplicates
-        self.failed += other.failed
-        self.unsent += other.unsent
-        self.uncertain |= other.uncertain
-        self.resent_in_doubt += other.resent_in_doubt
-        if other.error is not None and (self.error is None or other.fatal):
-            self.error = other.error
-        self.fatal = self.fatal or other.fatal
+    tasks: list[Task]
+    leased: bool
+    number: int
+    known: dict[str, int]
 
 
 def drain(
@@ -120,7 +105,8 @@ def drain(
     the drain ends), `max_wait` (seconds the end may wait for tasks about to become available;
     default lease_seconds), `write_threads` (concurrent destination adds of up to 100 tasks),
     `use_listing` (copy future-ETA tasks from a listing where the source can list), `progress`
-    (called with the report after each batch), `stop` (an Event that ends the drain cleanly).
+    (called with the report as the drain goes, from the drain's threads), `stop` (an Event that
+    ends the drain cleanly: the batches in flight finish, the rest stays in the source).
     """
     opened: Journal | None = None
     if isinstance(journal, str | os.PathLike):
@@ -144,14 +130,14 @@ def drain(
             sample_size=sample_size,
             progress=progress,
             stop=stop,
-        ).run(dry_run=dry_run)
+        ).run(dry=dry_run)
     finally:
         if opened is not None:
             opened.close()
 
 
 class _Drain:
-    """One run of drain(): the lease loop, the listing pass, the end check, the report."""
+    """One run of drain(): the lease loop (this thread) and the writer (a pipeline thread)."""
 
     def __init__(
         self,
@@ -181,15 +167,15 @@ class _Drain:
             )
         if quiet_period < 0 or write_threads < 1:
             raise ConfigurationError("quiet_period must be >= 0 and write_threads >= 1")
+        rate = Settings().lease_requests_per_second if lease_rate is None else lease_rate
+        if rate <= 0:
+            raise ConfigurationError(f"lease_rate must be above zero (math.inf: none), got {rate}")
         self.source = source
         self.dest = dest
         self.journal = journal
         self.follow = follow
         self.batch_size = batch_size
         self.lease_seconds = float(lease_seconds)
-        rate = Settings().lease_requests_per_second if lease_rate is None else lease_rate
-        if rate <= 0:
-            raise ConfigurationError(f"lease_rate must be above zero (math.inf: none), got {rate}")
         self.limiter = shared_limiter(queue_id(source), rate)
         self.quiet_period = quiet_period
         self.wait_budget = self.lease_seconds if max_wait is None else max_wait
@@ -209,40 +195,49 @@ class _Drain:
         """Leased tasks the destination refused: held until the end, then released."""
         self._failed: dict[str, str] = {}
         self._undeleted: set[str] = set()
+        self._moved = 0
         self._hold_until = 0.0
-        self._batch = 0
-        self._pool: ThreadPoolExecutor | None = None
         self._dest_failures = 0
         self._empty = Backoff(0.05, 1.0)
         self._errors = Backoff(0.1, 10.0)
 
     # --- the run -------------------------------------------------------------------------
 
-    def run(self, *, dry_run: bool) -> MigrationReport:
+    def run(self, *, dry: bool) -> MigrationReport:
         self._clock_start = time.monotonic()
         self.report.started_at = time.time()
         self._preflight()
-        if dry_run:
+        if dry:
             self.report.dry_run = True
-            self._dry_run()
+            self.report.dry = dry_run(
+                self.source, self.journal, sample_size=self.sample_size, listing=self.listing
+            )
             self.report.stopped = "dry run: nothing changed"
             self.report.elapsed = time.monotonic() - self._clock_start
             return self.report
         if self.journal is not None:
-            self._resume(self.journal.start_run(self.lease_seconds))
+            self._resume(*self.journal.start_run(self.lease_seconds, self.source.backend.now()))
+        self._sender = Sender(
+            self.dest,
+            threads=self.write_threads,
+            retry_seconds=self.lease_seconds / 2,
+            stop=self.stop,
+        )
+        self._pipeline: Pipeline[_Batch] = Pipeline(
+            self._complete, self._abandon, depth=PIPELINE_DEPTH
+        )
         clean = False
-        if self.write_threads > 1:
-            self._pool = ThreadPoolExecutor(self.write_threads, thread_name_prefix="migrate")
         try:
             self._loop()
+            self._pipeline.flush()
             clean = True
         except _Stop as stop:
             self.report.error = f"{type(stop.error).__name__}: {stop.error}"
             self.report.stopped = "error"
             clean = True
         finally:
-            if self._pool is not None:
-                self._pool.shutdown()
+            self._pipeline.close()
+            self._sender.close()
             if clean:
                 self._finish()
         return self.report
@@ -279,11 +274,10 @@ class _Drain:
                 queue=queue.name,
             ) from exc
 
-    def _resume(self, crashed: list[CrashedRun]) -> None:
+    def _resume(self, crashed: list[CrashedRun], held: list[HeldLease]) -> None:
         """Hand back what killed earlier runs held; else wait out their leases at the end."""
-        if not crashed or self.journal is None:
+        if not crashed:
             return
-        held = self.journal.held_leases([run.run for run in crashed], self.source.backend.now())
         all_released = True
         for lease in held:
             task = Task.restore(
@@ -309,15 +303,20 @@ class _Drain:
         quiet_since: float | None = None
         last_listing = -math.inf
         while not self.stop.is_set():
+            self._pipeline.reserve()
+            if self.stop.is_set():
+                self._pipeline.unreserve()
+                break
             tasks = self._lease()
-            if tasks is None:
-                continue
             if tasks:
                 quiet_since = None
                 self._empty.reset()
-                self._move(tasks, leased=True)
-                self._notify()
+                self._pipeline.submit(self._prepare(tasks, leased=True))
                 continue
+            self._pipeline.unreserve()
+            if tasks is None:
+                continue
+            self._pipeline.flush()
             now = time.monotonic()
             quiet_since = now if quiet_since is None else quiet_since
             if self.listing and now - last_listing >= self.quiet_period:
@@ -340,7 +339,7 @@ class _Drain:
             if not self.follow:
                 delay = min(delay, max(0.0, self.quiet_period - quiet_for))
             self._wait(delay)
-        self.report.stopped = "stop requested"
+        self.report.stopped = STOPPED
 
     def _wait(self, seconds: float) -> None:
         if seconds > 0:
@@ -352,7 +351,7 @@ class _Drain:
             self.report.elapsed = time.monotonic() - self._clock_start
             self.progress(self.report)
 
-    # --- leasing -------------------------------------------------------------------------
+    # --- leasing (the loop's thread) -----------------------------------------------------
 
     def _lease(self) -> list[Task] | None:
         """One paced lease call: the tasks (maybe none), or None after a transient error."""
@@ -360,7 +359,7 @@ class _Drain:
             if self.stop.wait(delay):
                 return None
         if self.journal is not None:
-            self._batch = self.journal.lease_starting(
+            self.journal.lease_starting(
                 self.source.backend.now() + self.lease_seconds + LEASE_CLOCK_SLACK
             )
         try:
@@ -375,9 +374,8 @@ class _Drain:
             self.journal.record_leases(tasks)
         return tasks
 
-    def _move(self, tasks: list[Task], *, leased: bool) -> int:
-        """Write tasks to the destination, record them, delete them from the source; return
-        how many are now in the destination (written now, earlier, or already there)."""
+    def _prepare(self, tasks: list[Task], *, leased: bool) -> _Batch:
+        """Count and record a batch (its names and lease tokens) before anything is written."""
         if leased:
             self.report.leased += len(tasks)
         else:
@@ -387,14 +385,23 @@ class _Drain:
             self._failed[f"(unnamed #{len(self._failed) + 1})"] = (
                 "the source returned a task without a name; it stays in the source"
             )
-        known: dict[str, int] = {}
-        if self.journal is not None:
-            record = self.journal.record_leases if leased else self.journal.record_listed
-            known = record(named)
-        already = [task for task in named if known.get(task.name or "") == WRITTEN]
+        if self.journal is None:
+            return _Batch(named, leased, 0, {})
+        record = self.journal.record_leases if leased else self.journal.record_listed
+        known = record(named)
+        return _Batch(named, leased, self.journal.batch, known)
+
+    # --- writing (the pipeline's thread) -------------------------------------------------
+
+    def _complete(self, batch: _Batch) -> None:
+        """Write a batch to the destination, record it, delete it from the source."""
+        known = batch.known
+        already = [task for task in batch.tasks if known.get(task.name or "") == WRITTEN]
+        to_send = [task for task in batch.tasks if known.get(task.name or "") != WRITTEN]
         in_doubt = {name for name, state in known.items() if state == IN_DOUBT}
-        to_send = [task for task in named if known.get(task.name or "") != WRITTEN]
-        sent = self._send(to_send, keep_eta=not leased, in_doubt=in_doubt)
+        if self.journal is not None and to_send:
+            self.journal.sending(batch.number)
+        sent = self._sender.send(to_send, keep_eta=not batch.leased, in_doubt=in_doubt)
         done = sent.confirmed + sent.duplicates
         if self.journal is not None:
             self.journal.mark_written([task.name for task in done if task.name])
@@ -406,31 +413,27 @@ class _Drain:
             if task.name in self._failed:
                 del self._failed[task.name]
                 self._held.pop(task.name, None)
-        self._delete(already + done, leased=leased)
-        self._settle_unmoved(sent, leased=leased)
-        return len(already) + len(done)
+        self._delete(already + done, leased=batch.leased)
+        self._moved += len(already) + len(done)
+        self._settle_unmoved(sent, batch)
+        self._notify()
 
-    def _settle_unmoved(self, sent: _Sent, *, leased: bool) -> None:
+    def _settle_unmoved(self, sent: Sent, batch: _Batch) -> None:
         """Failed tasks are held until the end; unsent ones are handed back at once."""
-        failed_names = [task.name for task, _ in sent.failed if task.name]
         for task, error in sent.failed:
             assert task.name is not None
             self._failed[task.name] = f"{type(error).__name__}: {error}"
-            if leased:
+            if batch.leased:
                 self._held[task.name] = task
-        unsure = [t.name for t in sent.unsent if t.name and t.name in sent.uncertain]
-        sure = [t.name for t in sent.unsent if t.name and t.name not in sent.uncertain]
-        if leased:
+        if batch.leased:
             self.report.released += self._release(sent.unsent)
         if self.journal is not None:
-            if leased:
-                self.journal.mark_failed(failed_names)
-                self.journal.forget(sure)
-            else:
-                self.journal.forget(failed_names + sure)
-            self.journal.mark_in_doubt(unsure)
-            if leased:
-                self.journal.settled(self._batch)
+            if batch.leased:
+                self.journal.hold_failed([task for task, _ in sent.failed])
+            self.journal.mark_in_doubt(
+                [t.name for t in sent.unsent if t.name and t.name in sent.uncertain]
+            )
+            self.journal.settled(batch.number)
         if sent.error is not None and sent.fatal:
             raise _Stop(sent.error)
         if sent.unsent:
@@ -441,6 +444,13 @@ class _Drain:
             self.stop.wait(self._errors.next())
         else:
             self._dest_failures = 0
+
+    def _abandon(self, batch: _Batch, error: Exception) -> None:
+        """A batch leased while the writer failed: hand it back untouched."""
+        if batch.leased:
+            self.report.released += self._release(batch.tasks)
+        if self.journal is not None:
+            self.journal.settled(batch.number)
 
     def _release(self, tasks: Iterable[Task]) -> int:
         """Hand leases back to the source (0 seconds); count those handed back."""
@@ -454,86 +464,6 @@ class _Drain:
             except Error:
                 continue
         return count
-
-    # --- writing -------------------------------------------------------------------------
-
-    def _send(self, tasks: list[Task], *, keep_eta: bool, in_doubt: set[str]) -> _Sent:
-        step = limits.MAX_TASKS_PER_ADD
-        chunks = [tasks[i : i + step] for i in range(0, len(tasks), step)]
-        total = _Sent()
-        if self._pool is None or len(chunks) <= 1:
-            results: Iterable[_Sent] = (self._send_chunk(c, keep_eta, in_doubt) for c in chunks)
-        else:
-            results = self._pool.map(lambda c: self._send_chunk(c, keep_eta, in_doubt), chunks)
-        for result in results:
-            total.merge(result)
-        return total
-
-    def _send_chunk(self, chunk: list[Task], keep_eta: bool, in_doubt: set[str]) -> _Sent:
-        """Add up to 100 tasks, retrying transient failures while the lease allows."""
-        sent = _Sent()
-        pending = chunk
-        deadline = time.monotonic() + self.lease_seconds / 2
-        backoff = Backoff(0.05, 2.0)
-        while pending:
-            copies = [self._copy(task, keep_eta) for task in pending]
-            error: BaseException | None = None
-            try:
-                self.dest.add(copies)
-            except Exception as exc:
-                error = exc
-            still: list[Task] = []
-            for task, copy in zip(pending, copies, strict=True):
-                if copy.was_added:
-                    sent.confirmed.append(task)
-                    if task.name in in_doubt or task.name in sent.uncertain:
-                        sent.resent_in_doubt += 1
-                else:
-                    still.append(task)
-            if error is None or not still:
-                break
-            if isinstance(error, _DUPLICATE):
-                sent.duplicates += still
-                break
-            if not isinstance(error, Error):
-                sent.uncertain.update(task.name for task in still if task.name)
-                sent.unsent += still
-                sent.error, sent.fatal = error, True
-                break
-            if not isinstance(error, TransientError):
-                bad = [task for task in still if task.name == error.task]
-                if not bad:
-                    sent.uncertain.update(task.name for task in still if task.name)
-                    sent.unsent += still
-                    sent.error, sent.fatal = error, True
-                    break
-                sent.failed.append((bad[0], error))
-                pending = [task for task in still if task is not bad[0]]
-                continue
-            sent.uncertain.update(task.name for task in still if task.name)
-            delay = backoff.next()
-            if time.monotonic() + delay > deadline or self.stop.wait(delay):
-                sent.unsent += still
-                sent.error = error
-                break
-            pending = still
-        return sent
-
-    @staticmethod
-    def _copy(task: Task, keep_eta: bool) -> Task:
-        """The destination's copy: same payload, name and tag; the ETA when not yet due; the
-        retry limit less the attempts already made (the drain's own lease is not one)."""
-        limit = task.retry_limit
-        if limit is not None:
-            attempts = task.retry_count if keep_eta else task.retry_count - 1
-            limit = max(1, limit - max(attempts, 0))
-        return Task(
-            task.payload,
-            name=task.name,
-            tag=task.tag,
-            eta=task.eta if keep_eta else None,
-            retry_limit=limit,
-        )
 
     def _delete(self, tasks: list[Task], *, leased: bool) -> None:
         """Delete confirmed tasks from the source (leased ones by lease, listed ones by name).
@@ -593,13 +523,16 @@ class _Drain:
             for task in backend.list_tasks(self.source.name)
             if task.retry_count == 0 and task.eta_posix is not None and task.eta_posix > now
         ]
-        moved = 0
+        before = self._moved
         for start in range(0, len(future), self.batch_size):
             if self.stop.is_set():
                 break
-            moved += self._move(future[start : start + self.batch_size], leased=False)
-            self._notify()
-        return moved
+            self._pipeline.reserve()
+            self._pipeline.submit(
+                self._prepare(future[start : start + self.batch_size], leased=False)
+            )
+        self._pipeline.flush()
+        return self._moved - before
 
     # --- the end -------------------------------------------------------------------------
 
@@ -630,7 +563,13 @@ class _Drain:
         self._release(self._held.values())
         self._held.clear()
         try:
-            self._account_remaining()
+            account_remaining(
+                self.source,
+                self.report,
+                failed=set(self._failed),
+                listing=self.listing,
+                emptied=self.report.stopped == EMPTY,
+            )
         except Error as exc:
             self.report.error = self.report.error or f"could not check what is left: {exc}"
         self.report.failed = 0
@@ -642,124 +581,3 @@ class _Drain:
         if self.journal is not None:
             self.journal.finish_run(self.report.to_dict())
         self._notify()
-
-    def _account_remaining(self) -> None:
-        """Explain every task still in the source: failed, waiting (with ETAs), or neither."""
-        backend = self.source.backend
-        now = backend.now()
-        failed = set(self._failed)
-        stopped_early = self.report.stopped != EMPTY
-        if self.listing:
-            assert isinstance(backend, ListingBackend)
-            left = [t for t in backend.list_tasks(self.source.name) if t.name not in failed]
-            future = [t for t in left if t.eta_posix and t.eta_posix > now and not t.retry_count]
-            held = [t for t in left if t.eta_posix and t.eta_posix > now and t.retry_count]
-            waiting = {t.name for t in future} | {t.name for t in held}
-            available = [t for t in left if t.name not in waiting]
-            self._add_waiting("with a future ETA (not copied yet)", future)
-            self._add_waiting("leased by another holder (ETA = lease end)", held)
-            if stopped_early:
-                self._add_waiting(STOPPED_EARLY, available)
-            else:
-                self.report.unexplained = len(available)
-            return
-        stats = self.source.stats()
-        others = stats.tasks - len(failed)
-        if others <= 0:
-            return
-        if stopped_early:
-            self.report.still_waiting += others
-            self.report.waiting.append(Waiting(STOPPED_EARLY, others, iso(stats.oldest_eta)))
-        elif stats.oldest_eta is not None and stats.oldest_eta > now:
-            self.report.still_waiting += others
-            self.report.waiting.append(
-                Waiting(
-                    "not available yet: future ETA or leased by another holder (the source"
-                    " cannot list them; its statistics give the oldest ETA)",
-                    others,
-                    oldest_eta=iso(stats.oldest_eta),
-                )
-            )
-        elif stats.approximate:
-            self.report.still_waiting += others
-            self.report.waiting.append(
-                Waiting("reported by approximate statistics (check again later)", others)
-            )
-        else:
-            self.report.unexplained = others
-
-    def _add_waiting(self, reason: str, tasks: Sequence[Task]) -> None:
-        if not tasks:
-            return
-        etas = [t.eta_posix for t in tasks if t.eta_posix is not None]
-        self.report.still_waiting += len(tasks)
-        self.report.waiting.append(
-            Waiting(
-                reason,
-                len(tasks),
-                oldest_eta=iso(min(etas)) if etas else None,
-                tasks=[{"name": t.name, "eta": iso(t.eta_posix)} for t in tasks[:MAX_LISTED]],
-            )
-        )
-
-    # --- dry run -------------------------------------------------------------------------
-
-    def _dry_run(self) -> None:
-        backend = self.source.backend
-        if not self.listing:
-            stats = self.source.stats()
-            self.report.dry = DryRun(
-                listed=False,
-                tasks=stats.tasks,
-                leased_elsewhere=stats.leased or 0,
-                oldest_eta=iso(stats.oldest_eta),
-                note=(
-                    "the source cannot list tasks without leasing them, and a lease adds 1 to"
-                    " each task's retry_count and hides it from workers, so this dry run read"
-                    " the queue's statistics only: no sample, no tags, no ETAs beyond the"
-                    " oldest" + (" (the counts are approximate)" if stats.approximate else "")
-                ),
-            )
-            return
-        assert isinstance(backend, ListingBackend)
-        now = backend.now()
-        dry = DryRun(listed=True, note="read from the source's listing; no task was leased")
-        tags: Counter[str] = Counter()
-        batch: list[str] = []
-        oldest: float | None = None
-        for task in backend.list_tasks(self.source.name):
-            dry.tasks += 1
-            dry.payload_bytes += len(task.payload)
-            eta = task.eta_posix or now
-            oldest = eta if oldest is None else min(oldest, eta)
-            if eta <= now:
-                dry.available += 1
-            elif task.retry_count:
-                dry.leased_elsewhere += 1
-            else:
-                dry.future_eta += 1
-            tags[task.tag if task.tag is not None else "(untagged)"] += 1
-            if len(dry.sample) < self.sample_size:
-                dry.sample.append(
-                    {
-                        "name": task.name,
-                        "tag": task.tag,
-                        "eta": iso(task.eta_posix),
-                        "bytes": len(task.payload),
-                        "retry_count": task.retry_count,
-                    }
-                )
-            if self.journal is not None and task.name is not None:
-                batch.append(task.name)
-                if len(batch) >= 900:
-                    dry.already_written += self._count_written(batch)
-                    batch = []
-        if batch:
-            dry.already_written += self._count_written(batch)
-        dry.oldest_eta = iso(oldest)
-        dry.by_tag = dict(tags.most_common(20))
-        self.report.dry = dry
-
-    def _count_written(self, names: list[str]) -> int:
-        assert self.journal is not None
-        return sum(1 for state in self.journal.states(names).values() if state == WRITTEN)

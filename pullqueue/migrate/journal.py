@@ -12,23 +12,20 @@ import fcntl
 import json
 import os
 import sqlite3
+import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pullqueue.errors import ConfigurationError
 from pullqueue.task import Task
 
-LEASED = 0
-"""Leased from the source by the current run; the destination has not confirmed it yet."""
 WRITTEN = 1
 """The destination confirmed the task: never send it again, only delete it from the source."""
 IN_DOUBT = 2
 """In flight when a run crashed (or after an add whose outcome was unknown): the destination
 may or may not have it, so sending it again may make a duplicate."""
-FAILED = 3
-"""Refused by the destination: not there; the run holds its lease until it ends."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -40,19 +37,30 @@ CREATE TABLE IF NOT EXISTS runs (
     lease_calls INTEGER NOT NULL DEFAULT 0,
     lease_calls_recorded INTEGER NOT NULL DEFAULT 0,
     holds_until REAL NOT NULL DEFAULT 0,
-    settled_batch INTEGER NOT NULL DEFAULT 0,
     report TEXT
 );
-CREATE TABLE IF NOT EXISTS tasks (
-    name TEXT PRIMARY KEY,
-    state INTEGER NOT NULL,
+CREATE TABLE IF NOT EXISTS batches (
     run INTEGER NOT NULL,
     batch INTEGER NOT NULL,
+    tasks TEXT NOT NULL,
+    sending INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run, batch)
+);
+CREATE TABLE IF NOT EXISTS written (name TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS doubt (name TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS held (
+    name TEXT PRIMARY KEY,
+    run INTEGER NOT NULL,
     lease_token TEXT,
     lease_expires REAL
 ) WITHOUT ROWID;
 """
-_SQL_VARIABLES = 900
+"""batches: the tasks of each batch in flight (one row per batch, marked when its writing
+starts, deleted once the batch is settled); written: every name the destination confirmed;
+doubt: names whose send had no known outcome; held: leases a run keeps on tasks the destination
+refused, until the run ends."""
+
+_SQL_VARIABLES = 500
 
 
 @dataclass(frozen=True)
@@ -83,7 +91,9 @@ def _chunks(items: Sequence[str], size: int = _SQL_VARIABLES) -> Iterator[Sequen
 class Journal:
     """One migration's journal file, locked for the lifetime of the object.
 
-    Writes are one transaction per step of a batch (lease recorded, destination confirmed), in
+    A batch costs five short writes: before the lease call (the run may hold leases until T),
+    after it (the batch's names and lease tokens, one row), when its writing starts, after the
+    destination confirmed (one row per name), after the source delete (the batch is settled).
     WAL mode with synchronous=NORMAL: a killed process loses nothing committed; a power cut may
     lose the last commits, which can only cause a re-send (a duplicate), never a lost task,
     because a task leaves the source only after the destination confirmed it.
@@ -93,6 +103,11 @@ class Journal:
         self.path = Path(path)
         self.source = source
         self.destination = destination
+        self.run: int | None = None
+        self.batch = 0
+        self._doubt: set[str] = set()
+        self._held: set[str] = set()
+        self._mutex = threading.RLock()
         self._lock_fd = self._lock(self.path)
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -109,8 +124,6 @@ class Journal:
         except BaseException:
             self._release_lock()
             raise
-        self.run: int | None = None
-        self.batch = 0
 
     @staticmethod
     def _lock(path: Path) -> int:
@@ -133,13 +146,19 @@ class Journal:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        """One transaction, in one thread at a time (the lease loop and the writer share us)."""
+        with self._mutex:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _execute(self, sql: str, args: tuple[object, ...]) -> None:
+        with self._mutex:
+            self._db.execute(sql, args)
 
     def _check_identity(self) -> None:
         wanted = {"source": self.source, "destination": self.destination}
@@ -155,152 +174,190 @@ class Journal:
                     f" {found.get(key)!r}, not {value!r}); give a new --journal path for this one"
                 )
 
-    def start_run(self, lease_seconds: float) -> list[CrashedRun]:
-        """Begin a run; return the earlier runs that crashed, whose in-flight tasks are now
-        in doubt (the destination may have confirmed them just before the crash)."""
+    # --- runs ----------------------------------------------------------------------------
+
+    def start_run(
+        self, lease_seconds: float, now: float
+    ) -> tuple[list[CrashedRun], list[HeldLease]]:
+        """Begin a run. Return the earlier runs that crashed and the leases they may still
+        hold at `now` (source clock); the tasks they were writing when killed, and that the
+        destination had not confirmed, are now in doubt."""
         with self._transaction() as db:
-            rows = db.execute(
-                "SELECT id, holds_until, lease_calls = lease_calls_recorded FROM runs"
-                " WHERE finished_at IS NULL"
-            ).fetchall()
+            crashed = [
+                CrashedRun(run, holds_until, bool(recorded))
+                for run, holds_until, recorded in db.execute(
+                    "SELECT id, holds_until, lease_calls = lease_calls_recorded FROM runs"
+                    " WHERE finished_at IS NULL"
+                )
+            ]
+            held = [
+                HeldLease(name, token, expires)
+                for name, token, expires in db.execute(
+                    "SELECT name, lease_token, lease_expires FROM held"
+                )
+            ]
+            in_flight: list[str] = []
+            for tasks, sending in db.execute("SELECT tasks, sending FROM batches"):
+                for name, token, expires in json.loads(tasks):
+                    if sending:
+                        in_flight.append(name)
+                    if token is not None:
+                        held.append(HeldLease(name, token, expires))
+            written = self._known(db, "written", in_flight)
+            db.executemany(
+                "INSERT OR IGNORE INTO doubt VALUES (?)",
+                [(name,) for name in in_flight if name not in written],
+            )
+            db.execute("DELETE FROM batches")
+            db.execute("DELETE FROM held")
             db.execute("UPDATE runs SET finished_at = -1 WHERE finished_at IS NULL")
-            db.execute("UPDATE tasks SET state = ? WHERE state = ?", (IN_DOUBT, LEASED))
             cursor = db.execute(
                 "INSERT INTO runs (started_at, lease_seconds) VALUES (?, ?)",
                 (time.time(), lease_seconds),
             )
             self.run = cursor.lastrowid
+            self._doubt = {name for (name,) in db.execute("SELECT name FROM doubt")}
         self.batch = 0
-        return [CrashedRun(run, holds_until, bool(recorded)) for run, holds_until, recorded in rows]
-
-    def held_leases(self, runs: Iterable[int], now: float) -> list[HeldLease]:
-        """Leases the given (crashed) runs still held at `now`: those of batches they had not
-        settled (written and deleted, or released), and of tasks they held as failed."""
-        held: list[HeldLease] = []
-        for run in runs:
-            rows = self._db.execute(
-                "SELECT name, lease_token, lease_expires FROM tasks WHERE run = ?"
-                " AND (batch > (SELECT settled_batch FROM runs WHERE id = ?) OR state = ?)"
-                " AND lease_token IS NOT NULL AND lease_expires > ?",
-                (run, run, FAILED, now),
-            ).fetchall()
-            held += [HeldLease(name, token, expires) for name, token, expires in rows]
-        return held
-
-    def lease_starting(self, holds_until: float) -> int:
-        """Record, before a lease call, that this run may hold leases until holds_until;
-        return the call's batch number."""
-        self.batch += 1
-        self._db.execute(
-            "UPDATE runs SET lease_calls = ?, holds_until = max(holds_until, ?) WHERE id = ?",
-            (self.batch, holds_until, self.run),
-        )
-        return self.batch
-
-    def record_leases(self, tasks: Sequence[Task]) -> dict[str, int]:
-        """Record what the last lease call returned (maybe nothing); return the earlier state
-        of the tasks the journal knew. WRITTEN stays so; IN_DOUBT stays in doubt."""
-        return self._record(tasks, self.batch)
-
-    def record_listed(self, tasks: Sequence[Task]) -> dict[str, int]:
-        """Record tasks about to be copied from a listing (not leased); as record_leases."""
-        return self._record(tasks, None)
-
-    def _record(self, tasks: Sequence[Task], batch: int | None) -> dict[str, int]:
-        names = [task.name for task in tasks if task.name is not None]
-        leased = batch is not None
-        with self._transaction() as db:
-            known = self._states(db, names) if names else {}
-            db.executemany(
-                "INSERT INTO tasks (name, state, run, batch, lease_token, lease_expires)"
-                " VALUES (?, 0, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET"
-                " state = CASE WHEN state = 3 THEN 0 ELSE state END, run = excluded.run,"
-                " batch = excluded.batch, lease_token = excluded.lease_token,"
-                " lease_expires = excluded.lease_expires",
-                [
-                    (
-                        task.name,
-                        self.run,
-                        batch or 0,
-                        task.lease_token if leased else None,
-                        task.eta_posix if leased else None,
-                    )
-                    for task in tasks
-                    if task.name is not None and known.get(task.name) != WRITTEN
-                ],
-            )
-            if leased:
-                db.execute(
-                    "UPDATE runs SET lease_calls_recorded = lease_calls_recorded + 1 WHERE id = ?",
-                    (self.run,),
-                )
-        return known
-
-    def settled(self, batch: int) -> None:
-        """Every task of lease call `batch` is deleted from the source or handed back."""
-        self._db.execute("UPDATE runs SET settled_batch = ? WHERE id = ?", (batch, self.run))
-
-    @staticmethod
-    def _states(db: sqlite3.Connection, names: Sequence[str]) -> dict[str, int]:
-        known: dict[str, int] = {}
-        for chunk in _chunks(names):
-            marks = ",".join("?" * len(chunk))
-            known.update(
-                db.execute(f"SELECT name, state FROM tasks WHERE name IN ({marks})", chunk)
-            )
-        return known
-
-    def states(self, names: Sequence[str]) -> dict[str, int]:
-        """The recorded state of each name the journal knows."""
-        return self._states(self._db, names)
-
-    def mark_written(self, names: Sequence[str]) -> None:
-        """Record that the destination confirmed these tasks (one transaction)."""
-        self._set_state(names, WRITTEN, "state != 1")
-
-    def mark_in_doubt(self, names: Sequence[str]) -> None:
-        """Record that an add of these tasks ended without a known outcome."""
-        self._set_state(names, IN_DOUBT, "state = 0")
-
-    def mark_failed(self, names: Sequence[str]) -> None:
-        """Record that the destination refused these tasks (they are not there)."""
-        self._set_state(names, FAILED, "state IN (0, 2)")
-
-    def _set_state(self, names: Sequence[str], state: int, where: str) -> None:
-        if names:
-            with self._transaction() as db:
-                db.executemany(
-                    f"UPDATE tasks SET state = ? WHERE name = ? AND {where}",
-                    [(state, name) for name in names],
-                )
-
-    def forget(self, names: Sequence[str]) -> None:
-        """Drop tasks known NOT to be in the destination once handed back to the source."""
-        if names:
-            with self._transaction() as db:
-                db.executemany(
-                    "DELETE FROM tasks WHERE name = ? AND state IN (0, 3)",
-                    [(name,) for name in names],
-                )
-
-    def written_count(self) -> int:
-        """How many tasks the destination has confirmed over every run of this journal."""
-        row = self._db.execute("SELECT count(*) FROM tasks WHERE state = 1").fetchone()
-        return int(row[0])
+        live = [lease for lease in held if lease.lease_expires is None or lease.lease_expires > now]
+        return crashed, live
 
     def finish_run(self, report: dict[str, object]) -> None:
         """Mark the run finished (so a later run does not treat it as crashed); the failed
         tasks it held are back in the source by now."""
+        self._held.clear()
         with self._transaction() as db:
-            db.execute("DELETE FROM tasks WHERE state = ?", (FAILED,))
+            db.execute("DELETE FROM held WHERE run = ?", (self.run,))
+            db.execute("DELETE FROM batches WHERE run = ?", (self.run,))
             db.execute(
                 "UPDATE runs SET finished_at = ?, report = ? WHERE id = ?",
                 (time.time(), json.dumps(report), self.run),
             )
 
+    # --- batches -------------------------------------------------------------------------
+
+    def lease_starting(self, holds_until: float) -> int:
+        """Record, before a lease call, that this run may hold leases until holds_until;
+        return the call's batch number."""
+        self.batch += 1
+        self._execute(
+            "UPDATE runs SET lease_calls = lease_calls + 1, holds_until = max(holds_until, ?)"
+            " WHERE id = ?",
+            (holds_until, self.run),
+        )
+        return self.batch
+
+    def record_leases(self, tasks: Sequence[Task]) -> dict[str, int]:
+        """Record what the last lease call returned (maybe nothing), with the lease tokens;
+        return the state (WRITTEN, IN_DOUBT) of the tasks the journal knew."""
+        return self._record(tasks, self.batch, leased=True)
+
+    def record_listed(self, tasks: Sequence[Task]) -> dict[str, int]:
+        """Record tasks about to be copied from a listing (not leased); as record_leases."""
+        self.batch += 1
+        return self._record(tasks, self.batch, leased=False)
+
+    def _record(self, tasks: Sequence[Task], batch: int, *, leased: bool) -> dict[str, int]:
+        names = [task.name for task in tasks if task.name is not None]
+        rows = [
+            (task.name, task.lease_token, task.eta_posix) if leased else (task.name, None, None)
+            for task in tasks
+            if task.name is not None
+        ]
+        with self._transaction() as db:
+            if rows:
+                db.execute(
+                    "INSERT OR REPLACE INTO batches (run, batch, tasks) VALUES (?, ?, ?)",
+                    (self.run, batch, json.dumps(rows)),
+                )
+            if leased:
+                db.execute(
+                    "UPDATE runs SET lease_calls_recorded = lease_calls_recorded + 1 WHERE id = ?",
+                    (self.run,),
+                )
+            known = dict.fromkeys(self._known(db, "written", names), WRITTEN)
+            for name in names:
+                if name in self._doubt and name not in known:
+                    known[name] = IN_DOUBT
+        return known
+
+    def sending(self, batch: int) -> None:
+        """Writing `batch` to the destination starts: from now on a crash leaves it in doubt."""
+        self._execute(
+            "UPDATE batches SET sending = 1 WHERE run = ? AND batch = ?", (self.run, batch)
+        )
+
+    def settled(self, batch: int) -> None:
+        """Every task of batches up to `batch` is deleted from the source, handed back, or held
+        as failed (batches settle in order)."""
+        self._execute("DELETE FROM batches WHERE run = ? AND batch <= ?", (self.run, batch))
+
+    # --- outcomes ------------------------------------------------------------------------
+
+    def mark_written(self, names: Sequence[str]) -> None:
+        """Record that the destination confirmed these tasks (one transaction)."""
+        if not names:
+            return
+        with self._transaction() as db:
+            db.executemany("INSERT OR IGNORE INTO written VALUES (?)", [(n,) for n in names])
+            resolved = [(name,) for name in names if name in self._doubt]
+            if resolved:
+                db.executemany("DELETE FROM doubt WHERE name = ?", resolved)
+                self._doubt.difference_update(name for (name,) in resolved)
+            unheld = [(name,) for name in names if name in self._held]
+            if unheld:
+                db.executemany("DELETE FROM held WHERE name = ?", unheld)
+                self._held.difference_update(name for (name,) in unheld)
+
+    def mark_in_doubt(self, names: Sequence[str]) -> None:
+        """Record that an add of these tasks ended without a known outcome."""
+        if names:
+            with self._transaction() as db:
+                db.executemany("INSERT OR IGNORE INTO doubt VALUES (?)", [(n,) for n in names])
+                self._doubt.update(names)
+
+    def hold_failed(self, tasks: Sequence[Task]) -> None:
+        """Record leases this run keeps, until it ends, on tasks the destination refused."""
+        if tasks:
+            with self._transaction() as db:
+                db.executemany(
+                    "INSERT OR REPLACE INTO held VALUES (?, ?, ?, ?)",
+                    [(t.name, self.run, t.lease_token, t.eta_posix) for t in tasks],
+                )
+                self._held.update(t.name for t in tasks if t.name is not None)
+
+    # --- reading -------------------------------------------------------------------------
+
+    @staticmethod
+    def _known(db: sqlite3.Connection, table: str, names: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for chunk in _chunks(names):
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                name
+                for (name,) in db.execute(
+                    f"SELECT name FROM {table} WHERE name IN ({marks})", chunk
+                )
+            )
+        return found
+
+    def states(self, names: Sequence[str]) -> dict[str, int]:
+        """The recorded state of each name the journal knows."""
+        with self._mutex:
+            known = dict.fromkeys(self._known(self._db, "written", names), WRITTEN)
+            for name in self._known(self._db, "doubt", names):
+                known.setdefault(name, IN_DOUBT)
+        return known
+
+    def written_count(self) -> int:
+        """How many tasks the destination has confirmed over every run of this journal."""
+        with self._mutex:
+            row = self._db.execute("SELECT count(*) FROM written").fetchone()
+        return int(row[0])
+
     def close(self) -> None:
         """Close the database and release the file lock."""
-        self._db.close()
+        with self._mutex:
+            self._db.close()
         self._release_lock()
 
     def __enter__(self) -> Journal:

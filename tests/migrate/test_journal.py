@@ -8,7 +8,7 @@ import pytest
 
 from pullqueue import Task
 from pullqueue.errors import ConfigurationError
-from pullqueue.migrate.journal import FAILED, IN_DOUBT, WRITTEN, Journal
+from pullqueue.migrate.journal import IN_DOUBT, WRITTEN, Journal
 
 
 def leased(name: str, token: str = "1", expires: float = 2e9) -> Task:
@@ -43,50 +43,70 @@ def test_a_file_that_is_not_a_journal_is_refused(tmp_path: Path) -> None:
 def test_a_killed_run_leaves_its_batch_in_doubt_and_its_leases_known(tmp_path: Path) -> None:
     path = tmp_path / "j"
     journal = Journal(path, source="s", destination="d")
-    assert journal.start_run(60) == []
+    assert journal.start_run(60, now=0.0) == ([], [])
     journal.lease_starting(holds_until=1000.0)
     journal.record_leases([leased("a"), leased("b")])
     journal.mark_written(["a"])
-    journal.settled(1)
+    journal.settled(journal.batch)
     journal.lease_starting(holds_until=2000.0)
-    journal.record_leases([leased("c", "tok-c"), leased("d", "tok-d")])
+    journal.record_leases([leased("c", "tok-c"), leased("d", "tok-d"), leased("e", "old", 5.0)])
+    journal.sending(journal.batch)
     journal.mark_written(["c"])
+    journal.lease_starting(holds_until=2000.0)
+    journal.record_leases([leased("f", "tok-f")])  # leased, never sent: not in doubt
     journal.close()  # killed: the run never finished
 
     journal = Journal(path, source="s", destination="d")
-    (crashed,) = journal.start_run(60)
+    (crashed,), held = journal.start_run(60, now=10.0)
     assert crashed.holds_until == 2000.0 and crashed.all_leases_recorded
-    assert journal.states(["a", "b", "c", "d"]) == {
+    assert journal.states(["a", "b", "c", "d", "e", "f"]) == {
         "a": WRITTEN,
-        "b": IN_DOUBT,
         "c": WRITTEN,
         "d": IN_DOUBT,
-    }
-    held = journal.held_leases([crashed.run], now=0.0)
-    assert sorted((h.name, h.lease_token) for h in held) == [("c", "tok-c"), ("d", "tok-d")]
+        "e": IN_DOUBT,
+    }  # b: settled, not written: handed back by the dead run, never sent
+    assert sorted((h.name, h.lease_token) for h in held) == [
+        ("c", "tok-c"),
+        ("d", "tok-d"),
+        ("f", "tok-f"),
+    ]
     assert journal.written_count() == 2
+    journal.lease_starting(holds_until=3000.0)
+    assert journal.record_leases([leased("d"), leased("c"), leased("z")]) == {
+        "d": IN_DOUBT,
+        "c": WRITTEN,
+    }
+    journal.mark_written(["d"])
+    assert journal.states(["d"]) == {"d": WRITTEN}
     journal.close()
 
 
 def test_a_lease_call_without_its_record_is_noticed(tmp_path: Path) -> None:
     path = tmp_path / "j"
     journal = Journal(path, source="s", destination="d")
-    journal.start_run(60)
+    journal.start_run(60, now=0.0)
     journal.lease_starting(holds_until=5.0)
     journal.close()  # killed between the lease call and its record
     journal = Journal(path, source="s", destination="d")
-    (crashed,) = journal.start_run(60)
+    (crashed,), _ = journal.start_run(60, now=0.0)
     assert not crashed.all_leases_recorded
     journal.close()
 
 
-def test_failed_tasks_are_held_then_forgotten_when_the_run_finishes(tmp_path: Path) -> None:
-    journal = Journal(tmp_path / "j", source="s", destination="d")
-    journal.start_run(60)
+def test_failed_tasks_are_held_until_the_run_ends(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    journal = Journal(path, source="s", destination="d")
+    journal.start_run(60, now=0.0)
     journal.lease_starting(holds_until=5.0)
-    journal.record_leases([leased("x")])
-    journal.mark_failed(["x"])
-    assert journal.states(["x"]) == {"x": FAILED}
-    journal.finish_run({"ok": False})
-    assert journal.states(["x"]) == {}
+    journal.record_leases([leased("x", "tok-x")])
+    journal.hold_failed([leased("x", "tok-x")])
+    journal.settled(journal.batch)
+    journal.close()  # killed while holding x
+    journal = Journal(path, source="s", destination="d")
+    _, held = journal.start_run(60, now=0.0)
+    assert [(h.name, h.lease_token) for h in held] == [("x", "tok-x")]
+    journal.finish_run({"ok": True})
+    journal.close()
+    journal = Journal(path, source="s", destination="d")
+    assert journal.start_run(60, now=0.0) == ([], [])
     journal.close()

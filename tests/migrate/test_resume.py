@@ -81,7 +81,8 @@ def test_crash_after_the_destination_confirmed_resends_only_the_batch_in_doubt(
 
     world.assert_complete()
     assert report.ok
-    assert report.released_from_crashed_run == 1000  # handed back at once, no waiting
+    # handed back at once, no waiting: the batch being written, and the last 500 if leased
+    assert report.released_from_crashed_run in (1000, 1500)
     assert report.skipped_duplicates == 300  # re-sent; the destination knew the names
     assert report.possible_duplicates == 700  # re-sent in doubt; the destination had not them
     assert report.written == 700 + 500 and report.already_written == 0
@@ -137,8 +138,9 @@ def test_crash_before_any_write_releases_the_held_batch_at_start(tmp_path: Path)
     world.crash(lease_seconds=600)
     started = time.monotonic()
     report = world.run(lease_seconds=600)
-    assert time.monotonic() - started < 5  # no 600 s wait: the lease was handed back
-    assert report.released_from_crashed_run == 1000
+    assert time.monotonic() - started < 5  # no 600 s wait: the leases were handed back
+    assert report.released_from_crashed_run in (1000, 2000)
+    assert report.possible_duplicates == 1000  # its writing had begun: in doubt, if in vain
     world.assert_complete()
 
 
