@@ -14,7 +14,7 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.pubsub_v1 import PublisherClient, SubscriberClient
 
-from pullqueue import Queue, Settings
+from pullqueue import Settings
 from pullqueue.adapters.pubsub import PubSubBackend
 from tests.support.emulators import shared_emulator_host
 
@@ -53,12 +53,6 @@ def make_backend(project: str) -> Iterator[MakeBackend]:
     yield make
     for backend in made:
         backend.close()
-
-
-@pytest.fixture
-def queue(make_backend: MakeBackend) -> Queue:
-    """A queue on a fresh backend with default settings."""
-    return Queue("jobs", make_backend())
 
 
 @pytest.fixture
