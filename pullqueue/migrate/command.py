@@ -51,9 +51,10 @@ def default_journal_path(queue: str, source_url: str, dest_url: str, dest_queue:
     "migrate",
     epilog="""\b
 Examples:
-  pullqueue migrate emails --from cloudtasks://my-project/us-central1 --to pubsub://my-project
-  pullqueue migrate emails --from appengine:// --to pubsub://my-project --dry-run
-  pullqueue migrate emails --from cloudtasks://p/l --to pubsub://p --follow --report r.json
+  pullqueue migrate emails --from cloudtasks://my-app/us-central1 --to pubsub://my-app --dry-run
+  pullqueue migrate emails --from cloudtasks://my-app/us-central1 --to pubsub://my-app
+  pullqueue migrate emails --from cloudtasks://my-app/us-central1 --to pubsub://my-app \\
+      --follow --report emails.json
 
 \b
 Exit status: 0 everything moved (tasks still waiting on an ETA are listed), 1 something
@@ -189,7 +190,7 @@ def migrate(
 
 
 def _fail(err: Console, exc: Error) -> NoReturn:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+    err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
     sys.exit(EXIT_BAD_INPUT)
 
 

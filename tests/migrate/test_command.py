@@ -8,10 +8,12 @@ import signal
 import sqlite3
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 from pullqueue import Task
 from tests.migrate.clitools import file_queue, migrate_command, popen_options, run_migrate
+from tests.support.emulators import shared_emulator_host
 
 
 def test_migrate_moves_everything_and_writes_the_report(tmp_path: Path) -> None:
@@ -117,3 +119,26 @@ def test_follow_drains_while_producers_write_and_stops_cleanly_on_sigterm(tmp_pa
     assert report["stopped"] == "stop requested" and report["follow"] is True
     assert report["written"] == 600 and dest.stats().tasks == 600
     assert source.stats().tasks == 0
+
+
+def test_an_unprovisioned_destination_is_refused_before_anything_moves(tmp_path: Path) -> None:
+    source = file_queue(tmp_path / "src.db")
+    source.add([Task(b"x", name=f"t{i}") for i in range(3)])
+    done = run_migrate(
+        tmp_path,
+        to_url=f"pubsub://pq-missing-{uuid.uuid4().hex[:8]}",
+        PUBSUB_EMULATOR_HOST=shared_emulator_host("pubsub"),
+        PULLQUEUE_AUTO_CREATE="0",
+    )
+    assert done.returncode == 2
+    assert "preflight on the destination" in done.stderr
+    assert "nothing was moved" in done.stderr
+    assert all(t.retry_count == 0 for t in source.backend.list_tasks("jobs"))  # type: ignore[attr-defined]
+
+
+def test_progress_bar_on_request(tmp_path: Path) -> None:
+    source = file_queue(tmp_path / "src.db")
+    source.add([Task(b"x", name=f"t{i}") for i in range(50)])
+    done = run_migrate(tmp_path, "--progress")
+    assert done.returncode == 0
+    assert "migrating" in done.stderr and "50/50" in done.stderr
