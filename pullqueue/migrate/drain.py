@@ -394,7 +394,14 @@ class _Drain:
     # --- writing (the pipeline's thread) -------------------------------------------------
 
     def _complete(self, batch: _Batch) -> None:
-        """Write a batch to the destination, record it, delete it from the source."""
+        """Write a batch to the destination, record it, delete it from the source.
+
+        A batch whose lease ran out while it waited for the writer is handed back untouched:
+        someone else may hold its tasks by now (the lease must cover writing a batch).
+        """
+        if batch.leased and self._lease_ran_out(batch.tasks):
+            self._abandon(batch, None)
+            return
         known = batch.known
         already = [task for task in batch.tasks if known.get(task.name or "") == WRITTEN]
         to_send = [task for task in batch.tasks if known.get(task.name or "") != WRITTEN]
@@ -445,8 +452,13 @@ class _Drain:
         else:
             self._dest_failures = 0
 
-    def _abandon(self, batch: _Batch, error: Exception) -> None:
-        """A batch leased while the writer failed: hand it back untouched."""
+    def _lease_ran_out(self, tasks: list[Task]) -> bool:
+        ends = [task.eta_posix for task in tasks if task.eta_posix is not None]
+        margin = min(1.0, self.lease_seconds / 10)
+        return bool(ends) and min(ends) - margin <= self.source.backend.now()
+
+    def _abandon(self, batch: _Batch, error: Exception | None) -> None:
+        """Hand a batch back untouched (leased while the writer failed, or its lease ran out)."""
         if batch.leased:
             self.report.released += self._release(batch.tasks)
         if self.journal is not None:

@@ -26,7 +26,7 @@ class Pipeline(Generic[T]):
     def __init__(
         self,
         handle: Callable[[T], None],
-        abandon: Callable[[T, Exception], None],
+        abandon: Callable[[T, Exception | None], None],
         *,
         depth: int = 2,
     ) -> None:

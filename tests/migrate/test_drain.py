@@ -386,3 +386,21 @@ def test_a_retry_limit_moves_less_the_attempts_already_made() -> None:
         assert len(leased) == 3
         time.sleep(0.01)
     assert dest.lease(60, 10) == []  # the limit is reached: the destination dropped them
+
+
+def test_a_batch_whose_lease_ran_out_while_it_waited_is_leased_again_not_written() -> None:
+    slow = [True]
+
+    def slow_first_add(real: Any, queue: str, tasks: list[Task]) -> Any:
+        if slow[0]:
+            slow[0] = False
+            time.sleep(0.8)  # longer than the lease of the batch queued behind this one
+        return real(queue, tasks)
+
+    source, dest = queues(dest_backend=Hooked(add=slow_first_add))
+    fill(source, 1500)
+    report = drain(source, dest, batch_size=500, lease_seconds=0.5, write_threads=1, **FAST)
+    assert report.ok and report.written == 1500 and dest.stats().tasks == 1500
+    assert report.leased >= 2000  # the second batch was leased again once its lease ran out
+    assert report.skipped_duplicates == 0  # ... and written once, after that second lease
+    assert source.stats().tasks == 0
