@@ -411,7 +411,7 @@ class _Drain:
         sent = self._sender.send(to_send, keep_eta=not batch.leased, in_doubt=in_doubt)
         done = sent.confirmed + sent.duplicates
         if self.journal is not None:
-            self.journal.mark_written([task.name for task in done if task.name])
+            self.journal.mark_written(batch.number, [task.name for task in done if task.name])
         self.report.written += len(sent.confirmed)
         self.report.skipped_duplicates += len(sent.duplicates)
         self.report.possible_duplicates += sent.resent_in_doubt
@@ -420,12 +420,12 @@ class _Drain:
             if task.name in self._failed:
                 del self._failed[task.name]
                 self._held.pop(task.name, None)
-        self._delete(already + done, leased=batch.leased)
+        deleted = self._delete(already + done, leased=batch.leased)
         self._moved += len(already) + len(done)
-        self._settle_unmoved(sent, batch)
+        self._settle_unmoved(sent, batch, deleted)
         self._notify()
 
-    def _settle_unmoved(self, sent: Sent, batch: _Batch) -> None:
+    def _settle_unmoved(self, sent: Sent, batch: _Batch, deleted: list[str]) -> None:
         """Failed tasks are held until the end; unsent ones are handed back at once."""
         for task, error in sent.failed:
             assert task.name is not None
@@ -440,7 +440,7 @@ class _Drain:
             self.journal.mark_in_doubt(
                 [t.name for t in sent.unsent if t.name and t.name in sent.uncertain]
             )
-            self.journal.settled(batch.number)
+            self.journal.settled(batch.number, deleted)
         if sent.error is not None and sent.fatal:
             raise _Stop(sent.error)
         if sent.unsent:
@@ -477,14 +477,15 @@ class _Drain:
                 continue
         return count
 
-    def _delete(self, tasks: list[Task], *, leased: bool) -> None:
-        """Delete confirmed tasks from the source (leased ones by lease, listed ones by name).
+    def _delete(self, tasks: list[Task], *, leased: bool) -> list[str]:
+        """Delete confirmed tasks from the source (leased ones by lease, listed ones by name);
+        return the names deleted.
 
         A task whose lease ended first (Pub/Sub refuses that delete) stays in the source as
         written; it comes back to a later lease, and the journal has it deleted then.
         """
         if not tasks:
-            return
+            return []
         items = tasks if leased else [Task(name=task.name) for task in tasks]
         pending = items
         stuck: list[Task] = []
@@ -505,18 +506,23 @@ class _Drain:
             except Error as exc:
                 self._count_deleted(items, [task for task in pending if not task.was_deleted])
                 raise _Stop(exc) from exc
-        self._count_deleted(items, stuck)
+        return self._count_deleted(items, stuck)
 
-    def _count_deleted(self, items: list[Task], stuck: list[Task]) -> None:
-        stuck_names = {task.name for task in stuck}
+    def _count_deleted(self, items: list[Task], stuck: list[Task]) -> list[str]:
+        stuck_names = [task.name for task in stuck if task.name]
+        if self.journal is not None:
+            self.journal.mark_undeleted(stuck_names)
+        deleted: list[str] = []
         for item in items:
             if item.was_deleted:
                 self.report.deleted += 1
                 self._undeleted.discard(item.name or "")
+                deleted.append(item.name or "")
             elif item.name in stuck_names:
                 self._undeleted.add(item.name or "")
             else:
                 self.report.gone_from_source += 1
+        return deleted
 
     # --- future ETAs ---------------------------------------------------------------------
 
@@ -591,5 +597,10 @@ class _Drain:
         self.report.not_deleted = len(self._undeleted)
         self.report.elapsed = time.monotonic() - self._clock_start
         if self.journal is not None:
-            self.journal.finish_run(self.report.to_dict())
+            report = self.report
+            left = report.still_waiting or report.unexplained or report.failed
+            self.journal.finish_run(
+                report.to_dict(),
+                source_empty=report.stopped == EMPTY and not left and not report.not_deleted,
+            )
         self._notify()

@@ -1,8 +1,8 @@
-"""The migration journal: a SQLite file recording which tasks the destination has confirmed.
+"""The migration journal: a SQLite file recording each batch in flight and what became of it.
 
-A rerun after a crash reads it to skip tasks already written (deleting them from the source
-without sending them again), to hand back the leases the crashed run held, and to know which
-re-sent tasks might be duplicates.
+A rerun after a crash reads it to delete, without sending them again, the tasks the destination
+had confirmed; to hand back the leases the dead run held; and to know which re-sent tasks might
+be duplicates.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +22,10 @@ from pullqueue.errors import ConfigurationError
 from pullqueue.task import Task
 
 WRITTEN = 1
-"""The destination confirmed the task: never send it again, only delete it from the source."""
+"""The destination confirmed the task and it may still be in the source: do not send it again,
+only delete it from the source."""
 IN_DOUBT = 2
-"""In flight when a run crashed (or after an add whose outcome was unknown): the destination
+"""Being written when a run crashed (or after an add whose outcome was unknown): the destination
 may or may not have it, so sending it again may make a duplicate."""
 
 _SCHEMA = """
@@ -37,6 +38,7 @@ CREATE TABLE IF NOT EXISTS runs (
     lease_calls INTEGER NOT NULL DEFAULT 0,
     lease_calls_recorded INTEGER NOT NULL DEFAULT 0,
     holds_until REAL NOT NULL DEFAULT 0,
+    written INTEGER NOT NULL DEFAULT 0,
     report TEXT
 );
 CREATE TABLE IF NOT EXISTS batches (
@@ -44,10 +46,11 @@ CREATE TABLE IF NOT EXISTS batches (
     batch INTEGER NOT NULL,
     tasks TEXT NOT NULL,
     sending INTEGER NOT NULL DEFAULT 0,
+    written TEXT,
     PRIMARY KEY (run, batch)
 );
-CREATE TABLE IF NOT EXISTS written (name TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS doubt (name TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS undeleted (name TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS held (
     name TEXT PRIMARY KEY,
     run INTEGER NOT NULL,
@@ -55,12 +58,12 @@ CREATE TABLE IF NOT EXISTS held (
     lease_expires REAL
 ) WITHOUT ROWID;
 """
-"""batches: the tasks of each batch in flight (one row per batch, marked when its writing
-starts, deleted once the batch is settled); written: every name the destination confirmed;
-doubt: names whose send had no known outcome; held: leases a run keeps on tasks the destination
-refused, until the run ends."""
-
-_SQL_VARIABLES = 500
+"""batches: one row per batch in flight (its names and lease tokens; marked when its writing
+starts; the names the destination confirmed), deleted once the batch is settled. doubt: names
+whose send had no known outcome. undeleted: names written whose source delete failed. held:
+leases a run keeps, until it ends, on tasks the destination refused. Each of these names is of
+a task still in the source (or about to leave it), so a name is never confused with a later
+task that reuses it after the legacy tombstone expired."""
 
 
 @dataclass(frozen=True)
@@ -83,17 +86,12 @@ class HeldLease:
     lease_expires: float | None
 
 
-def _chunks(items: Sequence[str], size: int = _SQL_VARIABLES) -> Iterator[Sequence[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 class Journal:
     """One migration's journal file, locked for the lifetime of the object.
 
-    A batch costs five short writes: before the lease call (the run may hold leases until T),
-    after it (the batch's names and lease tokens, one row), when its writing starts, after the
-    destination confirmed (one row per name), after the source delete (the batch is settled).
+    A batch costs five one-row writes, none per task: before the lease call (the run may hold
+    leases until T), after it (the batch's names and lease tokens), when its writing starts,
+    once the destination confirmed (the names), after the source delete (the batch is settled).
     WAL mode with synchronous=NORMAL: a killed process loses nothing committed; a power cut may
     lose the last commits, which can only cause a re-send (a duplicate), never a lost task,
     because a task leaves the source only after the destination confirmed it.
@@ -106,6 +104,8 @@ class Journal:
         self.run: int | None = None
         self.batch = 0
         self._doubt: set[str] = set()
+        self._written: set[str] = set()
+        """Names confirmed by the destination in earlier runs and perhaps still in the source."""
         self._held: set[str] = set()
         self._mutex = threading.RLock()
         self._lock_fd = self._lock(self.path)
@@ -115,6 +115,7 @@ class Journal:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
             self._check_identity()
+            self._load()
         except sqlite3.DatabaseError as exc:
             self._release_lock()
             raise ConfigurationError(
@@ -174,14 +175,21 @@ class Journal:
                     f" {found.get(key)!r}, not {value!r}); give a new --journal path for this one"
                 )
 
+    def _load(self) -> None:
+        """What earlier runs left: names in doubt, written names perhaps still in the source."""
+        self._doubt = {name for (name,) in self._db.execute("SELECT name FROM doubt")}
+        self._written = {name for (name,) in self._db.execute("SELECT name FROM undeleted")}
+        for (written,) in self._db.execute("SELECT written FROM batches"):
+            self._written.update(json.loads(written or "[]"))
+
     # --- runs ----------------------------------------------------------------------------
 
     def start_run(
         self, lease_seconds: float, now: float
     ) -> tuple[list[CrashedRun], list[HeldLease]]:
         """Begin a run. Return the earlier runs that crashed and the leases they may still
-        hold at `now` (source clock); the tasks they were writing when killed, and that the
-        destination had not confirmed, are now in doubt."""
+        hold at `now` (source clock). Of the tasks they were writing when killed, those the
+        destination confirmed are to be deleted only, the others are now in doubt."""
         with self._transaction() as db:
             crashed = [
                 CrashedRun(run, holds_until, bool(recorded))
@@ -196,18 +204,20 @@ class Journal:
                     "SELECT name, lease_token, lease_expires FROM held"
                 )
             ]
-            in_flight: list[str] = []
-            for tasks, sending in db.execute("SELECT tasks, sending FROM batches"):
+            doubt: list[str] = []
+            written: list[str] = []
+            for tasks, sending, confirmed in db.execute(
+                "SELECT tasks, sending, written FROM batches"
+            ):
+                done = set(json.loads(confirmed or "[]"))
+                written += done
                 for name, token, expires in json.loads(tasks):
-                    if sending:
-                        in_flight.append(name)
+                    if sending and name not in done:
+                        doubt.append(name)
                     if token is not None:
                         held.append(HeldLease(name, token, expires))
-            written = self._known(db, "written", in_flight)
-            db.executemany(
-                "INSERT OR IGNORE INTO doubt VALUES (?)",
-                [(name,) for name in in_flight if name not in written],
-            )
+            db.executemany("INSERT OR IGNORE INTO doubt VALUES (?)", [(n,) for n in doubt])
+            db.executemany("INSERT OR IGNORE INTO undeleted VALUES (?)", [(n,) for n in written])
             db.execute("DELETE FROM batches")
             db.execute("DELETE FROM held")
             db.execute("UPDATE runs SET finished_at = -1 WHERE finished_at IS NULL")
@@ -216,22 +226,29 @@ class Journal:
                 (time.time(), lease_seconds),
             )
             self.run = cursor.lastrowid
-            self._doubt = {name for (name,) in db.execute("SELECT name FROM doubt")}
+            self._doubt.update(doubt)
+            self._written.update(written)
         self.batch = 0
         live = [lease for lease in held if lease.lease_expires is None or lease.lease_expires > now]
         return crashed, live
 
-    def finish_run(self, report: dict[str, object]) -> None:
+    def finish_run(self, report: dict[str, object], *, source_empty: bool = False) -> None:
         """Mark the run finished (so a later run does not treat it as crashed); the failed
-        tasks it held are back in the source by now."""
-        self._held.clear()
+        tasks it held are back in the source by now. With `source_empty` (the drain left
+        nothing behind) no name recorded as written or in doubt can be in the source any more."""
         with self._transaction() as db:
+            if source_empty:
+                db.execute("DELETE FROM undeleted")
+                db.execute("DELETE FROM doubt")
+                self._written.clear()
+                self._doubt.clear()
             db.execute("DELETE FROM held WHERE run = ?", (self.run,))
             db.execute("DELETE FROM batches WHERE run = ?", (self.run,))
             db.execute(
                 "UPDATE runs SET finished_at = ?, report = ? WHERE id = ?",
                 (time.time(), json.dumps(report), self.run),
             )
+            self._held.clear()
 
     # --- batches -------------------------------------------------------------------------
 
@@ -257,7 +274,6 @@ class Journal:
         return self._record(tasks, self.batch, leased=False)
 
     def _record(self, tasks: Sequence[Task], batch: int, *, leased: bool) -> dict[str, int]:
-        names = [task.name for task in tasks if task.name is not None]
         rows = [
             (task.name, task.lease_token, task.eta_posix) if leased else (task.name, None, None)
             for task in tasks
@@ -274,10 +290,13 @@ class Journal:
                     "UPDATE runs SET lease_calls_recorded = lease_calls_recorded + 1 WHERE id = ?",
                     (self.run,),
                 )
-            known = dict.fromkeys(self._known(db, "written", names), WRITTEN)
-            for name in names:
-                if name in self._doubt and name not in known:
-                    known[name] = IN_DOUBT
+            known: dict[str, int] = {}
+            if self._written or self._doubt:
+                for name, _, _ in rows:
+                    if name in self._written:
+                        known[name] = WRITTEN
+                    elif name in self._doubt:
+                        known[name] = IN_DOUBT
         return known
 
     def sending(self, batch: int) -> None:
@@ -286,27 +305,35 @@ class Journal:
             "UPDATE batches SET sending = 1 WHERE run = ? AND batch = ?", (self.run, batch)
         )
 
-    def settled(self, batch: int) -> None:
-        """Every task of batches up to `batch` is deleted from the source, handed back, or held
-        as failed (batches settle in order)."""
-        self._execute("DELETE FROM batches WHERE run = ? AND batch <= ?", (self.run, batch))
-
-    # --- outcomes ------------------------------------------------------------------------
-
-    def mark_written(self, names: Sequence[str]) -> None:
-        """Record that the destination confirmed these tasks (one transaction)."""
+    def mark_written(self, batch: int, names: Sequence[str]) -> None:
+        """Record that the destination confirmed (or already had) these tasks of `batch`."""
         if not names:
             return
         with self._transaction() as db:
-            db.executemany("INSERT OR IGNORE INTO written VALUES (?)", [(n,) for n in names])
-            resolved = [(name,) for name in names if name in self._doubt]
-            if resolved:
-                db.executemany("DELETE FROM doubt WHERE name = ?", resolved)
-                self._doubt.difference_update(name for (name,) in resolved)
-            unheld = [(name,) for name in names if name in self._held]
-            if unheld:
-                db.executemany("DELETE FROM held WHERE name = ?", unheld)
-                self._held.difference_update(name for (name,) in unheld)
+            db.execute(
+                "UPDATE batches SET written = ? WHERE run = ? AND batch = ?",
+                (json.dumps(list(names)), self.run, batch),
+            )
+            db.execute("UPDATE runs SET written = written + ? WHERE id = ?", (len(names), self.run))
+            self._forget(db, "doubt", self._doubt, names)
+            self._forget(db, "held", self._held, names)
+
+    def settled(self, batch: int, deleted: Iterable[str] = ()) -> None:
+        """Every task of batches up to `batch` is deleted from the source, handed back, held
+        as failed or recorded as undeleted (batches settle in order)."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM batches WHERE run = ? AND batch <= ?", (self.run, batch))
+            if self._written:
+                self._forget(db, "undeleted", self._written, list(deleted))
+
+    @staticmethod
+    def _forget(db: sqlite3.Connection, table: str, known: set[str], names: Sequence[str]) -> None:
+        gone = [(name,) for name in names if name in known]
+        if gone:
+            db.executemany(f"DELETE FROM {table} WHERE name = ?", gone)
+            known.difference_update(name for (name,) in gone)
+
+    # --- outcomes ------------------------------------------------------------------------
 
     def mark_in_doubt(self, names: Sequence[str]) -> None:
         """Record that an add of these tasks ended without a known outcome."""
@@ -314,6 +341,13 @@ class Journal:
             with self._transaction() as db:
                 db.executemany("INSERT OR IGNORE INTO doubt VALUES (?)", [(n,) for n in names])
                 self._doubt.update(names)
+
+    def mark_undeleted(self, names: Sequence[str]) -> None:
+        """Record written tasks whose source delete failed: a later run deletes them only."""
+        if names:
+            with self._transaction() as db:
+                db.executemany("INSERT OR IGNORE INTO undeleted VALUES (?)", [(n,) for n in names])
+                self._written.update(names)
 
     def hold_failed(self, tasks: Sequence[Task]) -> None:
         """Record leases this run keeps, until it ends, on tasks the destination refused."""
@@ -327,31 +361,21 @@ class Journal:
 
     # --- reading -------------------------------------------------------------------------
 
-    @staticmethod
-    def _known(db: sqlite3.Connection, table: str, names: Sequence[str]) -> set[str]:
-        found: set[str] = set()
-        for chunk in _chunks(names):
-            marks = ",".join("?" * len(chunk))
-            found.update(
-                name
-                for (name,) in db.execute(
-                    f"SELECT name FROM {table} WHERE name IN ({marks})", chunk
-                )
-            )
-        return found
-
-    def states(self, names: Sequence[str]) -> dict[str, int]:
-        """The recorded state of each name the journal knows."""
+    def states(self, names: Iterable[str]) -> dict[str, int]:
+        """The state of each name the journal holds (as a rerun would find it)."""
         with self._mutex:
-            known = dict.fromkeys(self._known(self._db, "written", names), WRITTEN)
-            for name in self._known(self._db, "doubt", names):
-                known.setdefault(name, IN_DOUBT)
+            known: dict[str, int] = {}
+            for name in names:
+                if name in self._written:
+                    known[name] = WRITTEN
+                elif name in self._doubt:
+                    known[name] = IN_DOUBT
         return known
 
     def written_count(self) -> int:
         """How many tasks the destination has confirmed over every run of this journal."""
         with self._mutex:
-            row = self._db.execute("SELECT count(*) FROM written").fetchone()
+            row = self._db.execute("SELECT coalesce(sum(written), 0) FROM runs").fetchone()
         return int(row[0])
 
     def close(self) -> None:

@@ -46,12 +46,13 @@ def test_a_killed_run_leaves_its_batch_in_doubt_and_its_leases_known(tmp_path: P
     assert journal.start_run(60, now=0.0) == ([], [])
     journal.lease_starting(holds_until=1000.0)
     journal.record_leases([leased("a"), leased("b")])
-    journal.mark_written(["a"])
-    journal.settled(journal.batch)
+    journal.sending(journal.batch)
+    journal.mark_written(journal.batch, ["a"])
+    journal.settled(journal.batch, deleted=["a"])  # b was handed back, never sent
     journal.lease_starting(holds_until=2000.0)
     journal.record_leases([leased("c", "tok-c"), leased("d", "tok-d"), leased("e", "old", 5.0)])
     journal.sending(journal.batch)
-    journal.mark_written(["c"])
+    journal.mark_written(journal.batch, ["c"])
     journal.lease_starting(holds_until=2000.0)
     journal.record_leases([leased("f", "tok-f")])  # leased, never sent: not in doubt
     journal.close()  # killed: the run never finished
@@ -59,25 +60,44 @@ def test_a_killed_run_leaves_its_batch_in_doubt_and_its_leases_known(tmp_path: P
     journal = Journal(path, source="s", destination="d")
     (crashed,), held = journal.start_run(60, now=10.0)
     assert crashed.holds_until == 2000.0 and crashed.all_leases_recorded
-    assert journal.states(["a", "b", "c", "d", "e", "f"]) == {
-        "a": WRITTEN,
-        "c": WRITTEN,
-        "d": IN_DOUBT,
-        "e": IN_DOUBT,
-    }  # b: settled, not written: handed back by the dead run, never sent
+    assert journal.states("abcdef") == {"c": WRITTEN, "d": IN_DOUBT, "e": IN_DOUBT}
     assert sorted((h.name, h.lease_token) for h in held) == [
         ("c", "tok-c"),
         ("d", "tok-d"),
         ("f", "tok-f"),
-    ]
-    assert journal.written_count() == 2
+    ]  # e's lease ended by now
     journal.lease_starting(holds_until=3000.0)
     assert journal.record_leases([leased("d"), leased("c"), leased("z")]) == {
         "d": IN_DOUBT,
         "c": WRITTEN,
     }
-    journal.mark_written(["d"])
-    assert journal.states(["d"]) == {"d": WRITTEN}
+    journal.sending(journal.batch)
+    journal.mark_written(journal.batch, ["d"])
+    journal.settled(journal.batch, deleted=["c", "d"])
+    assert journal.states("cd") == {}  # gone from the source: nothing left to know
+    assert journal.written_count() == 3
+    journal.close()
+
+
+def test_a_finished_run_that_emptied_the_source_forgets_its_names(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    journal = Journal(path, source="s", destination="d")
+    journal.start_run(60, now=0.0)
+    journal.lease_starting(holds_until=5.0)
+    journal.record_leases([leased("a"), leased("b")])
+    journal.sending(journal.batch)
+    journal.mark_written(journal.batch, ["a"])
+    journal.close()
+    journal = Journal(path, source="s", destination="d")
+    journal.start_run(60, now=0.0)
+    assert journal.states("ab") == {"a": WRITTEN, "b": IN_DOUBT}
+    journal.finish_run({}, source_empty=False)
+    assert journal.states("ab") == {"a": WRITTEN, "b": IN_DOUBT}
+    journal.start_run(60, now=0.0)
+    journal.finish_run({}, source_empty=True)
+    journal.close()
+    journal = Journal(path, source="s", destination="d")
+    assert journal.states("ab") == {}  # a later task reusing a name is a new task
     journal.close()
 
 
