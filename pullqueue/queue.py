@@ -32,6 +32,8 @@ from pullqueue.task import QueueStats, Task
 
 _QUEUE_NAME_RE = re.compile(rf"^[a-zA-Z0-9-]{{1,{limits.MAX_QUEUE_NAME_LENGTH}}}$")
 _TASK_NAME_RE = re.compile(rf"^[a-zA-Z0-9_-]{{1,{limits.MAX_TASK_NAME_LENGTH}}}$")
+_SIZE_OVERHEAD_BOUND = 4096
+"""More than any task's size adds to its payload (a valid tag, or the legacy SDK's headers)."""
 
 
 def validate_queue_name(name: str) -> str:
@@ -142,7 +144,7 @@ class Queue:
                 f"{len(tasks)} tasks in one add; the limit is {limits.MAX_TASKS_PER_ADD}",
                 queue=self.name,
             )
-        now = self.backend.now()
+        now: float | None = None
         names: set[str] = set()
         for item in tasks:
             if not isinstance(item, Task):
@@ -160,20 +162,28 @@ class Queue:
                         task=item.name,
                     )
                 names.add(item.name)
-            validate_tag(item.tag, self.name, item.name)
-            if item.size > limits.MAX_PULL_TASK_SIZE_BYTES:
-                raise TaskTooLargeError(
-                    f"task is {item.size} bytes; the limit is {limits.MAX_PULL_TASK_SIZE_BYTES}",
-                    queue=self.name,
-                    task=item.name,
-                )
-            eta = item.eta_posix if item.eta_posix is not None else now + (item._countdown or 0.0)
-            if eta - now > limits.MAX_COUNTDOWN_SECONDS:
-                raise InvalidEtaError(
-                    f"ETA is more than {limits.MAX_COUNTDOWN_SECONDS} s ahead",
-                    queue=self.name,
-                    task=item.name,
-                )
+            # Cheap bounds first: a tag of n characters has at most 4n UTF-8 bytes, and a task's
+            # size is its payload plus at most _SIZE_OVERHEAD_BOUND bytes (tag, or legacy headers).
+            if item.tag is not None and len(item.tag) * 4 > limits.MAX_TAG_LENGTH:
+                validate_tag(item.tag, self.name, item.name)
+            if len(item.payload) + _SIZE_OVERHEAD_BOUND > limits.MAX_PULL_TASK_SIZE_BYTES:
+                size = item.size
+                if size > limits.MAX_PULL_TASK_SIZE_BYTES:
+                    raise TaskTooLargeError(
+                        f"task is {size} bytes; the limit is {limits.MAX_PULL_TASK_SIZE_BYTES}",
+                        queue=self.name,
+                        task=item.name,
+                    )
+            if item.eta_posix is not None or item._countdown:
+                if now is None:
+                    now = self.backend.now()
+                eta = item.eta_posix if item.eta_posix is not None else now + (item._countdown or 0)
+                if eta - now > limits.MAX_COUNTDOWN_SECONDS:
+                    raise InvalidEtaError(
+                        f"ETA is more than {limits.MAX_COUNTDOWN_SECONDS} s ahead",
+                        queue=self.name,
+                        task=item.name,
+                    )
 
     def lease(
         self,

@@ -61,22 +61,32 @@ class Task:
         countdown: float | None = None,
         retry_limit: int | None = None,
     ) -> None:
-        if isinstance(payload, str):
-            payload = payload.encode("utf-8")
-        if not isinstance(payload, bytes | bytearray):
-            raise InvalidTaskError(f"payload must be bytes or str, not {type(payload).__name__}")
-        if eta is not None and countdown is not None:
-            raise InvalidTaskError("give eta or countdown, not both", task=name)
-        if eta is not None and not isinstance(eta, dt.datetime):
-            raise InvalidEtaError(f"eta must be a datetime, not {type(eta).__name__}", task=name)
-        if countdown is not None and not isinstance(countdown, int | float):
-            raise InvalidEtaError("countdown must be a number of seconds", task=name)
-        if isinstance(tag, bytes | bytearray):
+        if type(payload) is not bytes:
+            if isinstance(payload, str):
+                payload = payload.encode("utf-8")
+            elif isinstance(payload, bytes | bytearray):
+                payload = bytes(payload)
+            else:
+                raise InvalidTaskError(
+                    f"payload must be bytes or str, not {type(payload).__name__}", task=name
+                )
+        if eta is not None or countdown is not None:
+            if eta is not None and countdown is not None:
+                raise InvalidTaskError("give eta or countdown, not both", task=name)
+            if eta is not None and not isinstance(eta, dt.datetime):
+                raise InvalidEtaError(
+                    f"eta must be a datetime, not {type(eta).__name__}", task=name
+                )
+            if countdown is not None and not isinstance(countdown, int | float):
+                raise InvalidEtaError("countdown must be a number of seconds", task=name)
+        if tag is not None and type(tag) is not str:
+            if not isinstance(tag, bytes | bytearray | str):
+                raise InvalidTagError(f"tag must be str or bytes, not {type(tag).__name__}")
             try:
-                tag = bytes(tag).decode("utf-8")
+                tag = bytes(tag).decode("utf-8") if not isinstance(tag, str) else str(tag)
             except UnicodeDecodeError as exc:
                 raise InvalidTagError("tag bytes must be UTF-8", task=name) from exc
-        self.payload: bytes = bytes(payload)
+        self.payload: bytes = payload
         self.name: str | None = name
         self.tag: str | None = tag
         self._eta = eta

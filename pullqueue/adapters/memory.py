@@ -1,19 +1,23 @@
 """The in-memory reference backend (`memory://`): exact legacy pull-queue semantics, thread-safe.
 
 It is the oracle the other adapters are tested against (itself checked call by call against the
-App Engine SDK's taskqueue stub) and a first-class backend for tests and local rehearsal; binary
-heaps with lazy invalidation keep every operation O(log n) per task touched.
+App Engine SDK's taskqueue stub) and a first-class backend for tests and local rehearsal; its
+indexes keep every operation O(log n) per task touched, and nothing ever scans a whole queue.
 
 How the indexes work (docs/semantics.md says it for users):
 
-- `waiting` is a heap of (eta_usec, name) of the tasks not under lease, future ETAs included;
-  `by_tag[tag]` is the same for each tag. Ties on ETA go by name, as in the SDK stub.
-- `leases` is a heap of (expiry_usec, name) of the leased tasks. Before each operation, leases
-  that ended (expiry < now) move back to `waiting` with their expiry as ETA, the legacy rule.
-- Nothing is ever searched for and removed from a heap: when a task is leased, deleted or moved,
-  its old heap items simply stop matching the task (its state or ETA changed) and are dropped
-  when they reach the top. A compaction rebuilds the heaps once the pushes since the last one
-  outnumber the live tasks, so stale items cost O(1) amortized and memory stays O(live tasks).
+- An `_EtaOrder` keeps task names in (ETA, name) order, ties going by name as in the SDK stub:
+  a heap of the distinct ETAs, each with a heap of its names. Tasks added in one call share an
+  ETA and tasks leased in one call share an expiry, so a pop costs O(log batch), not
+  O(log queue); with every ETA distinct it is a plain binary heap, O(log n).
+- `waiting` orders the tasks not under lease (future ETAs included), `by_tag[tag]` those of each
+  tag, and `leases` the leased tasks by expiry. Before each operation, leases that ended
+  (expiry < now) go back to `waiting` with their expiry as ETA, the legacy rule.
+- Nothing is ever searched for and removed from an index: when a task is leased, deleted or
+  moved, its old entries stop matching the task (its state or ETA changed) and are dropped when
+  they come first. A live task has at most two valid entries, so once the indexes hold more than
+  three per live task a compaction rebuilds them: stale entries cost O(1) amortized and memory
+  stays O(live tasks).
 """
 
 from __future__ import annotations
@@ -40,8 +44,14 @@ from pullqueue.task import USEC, QueueStats, Task
 _log = logging.getLogger(__name__)
 _heappush = heapq.heappush
 _heappop = heapq.heappop
+_heapify = heapq.heapify
 _MINUTE_USEC = 60 * USEC
 _COMPACT_SLACK = 4096
+
+
+def _usec(seconds: float) -> int:
+    """Seconds to whole microseconds, truncated, as the SDK stub reads its clock and leases."""
+    return int(seconds * 1e6)
 
 
 def _held_lease(task: Task) -> int:
@@ -53,9 +63,21 @@ def _held_lease(task: Task) -> int:
     return -1
 
 
-def _usec(seconds: float) -> int:
-    """Seconds to whole microseconds, truncated, as the SDK stub reads its clock and leases."""
-    return int(seconds * 1e6)
+def _name_taken(queue: str, name: str, live: bool) -> Error:
+    """The error for adding a name the queue has used: in the queue now, or tombstoned."""
+    if live:
+        return TaskAlreadyExistsError(
+            "a task with this name is in the queue; choose another name, or treat the task as"
+            " already added",
+            queue=queue,
+            task=name,
+        )
+    return TombstonedTaskError(
+        "a task with this name was in the queue and was deleted or purged; names are never"
+        " reused: choose another name",
+        queue=queue,
+        task=name,
+    )
 
 
 class _Entry:
@@ -75,16 +97,52 @@ class _Entry:
         self.leased = False
 
 
+class _EtaOrder:
+    """Task names in (ETA, name) order: a heap of distinct ETAs, each with a heap of names."""
+
+    __slots__ = ("buckets", "etas")
+
+    def __init__(self, buckets: dict[int, list[str]] | None = None) -> None:
+        self.buckets: dict[int, list[str]] = buckets if buckets is not None else {}
+        self.etas: list[int] = list(self.buckets)
+        if buckets:
+            _heapify(self.etas)
+            for names in buckets.values():
+                _heapify(names)
+
+    def push(self, eta: int, name: str) -> None:
+        bucket = self.buckets.get(eta)
+        if bucket is None:
+            self.buckets[eta] = [name]
+            _heappush(self.etas, eta)
+        else:
+            _heappush(bucket, name)
+
+    def push_all(self, eta: int, names: list[str]) -> None:
+        """Push names sharing one ETA (names is kept: the caller hands it over)."""
+        bucket = self.buckets.get(eta)
+        if bucket is None:
+            _heapify(names)
+            self.buckets[eta] = names
+            _heappush(self.etas, eta)
+        else:
+            for name in names:
+                _heappush(bucket, name)
+
+    def __len__(self) -> int:
+        return sum(map(len, self.buckets.values()))
+
+
 class _QueueState:
-    """The tasks of one queue and the heaps that order them (see the module docstring)."""
+    """The tasks of one queue and the orders that index them (see the module docstring)."""
 
     __slots__ = (
         "by_tag",
         "executed",
         "executed_total",
+        "items",
         "leased",
         "leases",
-        "pushes",
         "retry_limit",
         "tasks",
         "used_names",
@@ -95,71 +153,82 @@ class _QueueState:
         self.retry_limit = retry_limit
         self.tasks: dict[str, _Entry] = {}
         self.used_names: set[str] = set()
-        self.waiting: list[tuple[int, str]] = []
-        self.by_tag: dict[str, list[tuple[int, str]]] = {}
-        self.leases: list[tuple[int, str]] = []
+        self.waiting = _EtaOrder()
+        self.by_tag: dict[str, _EtaOrder] = {}
+        self.leases = _EtaOrder()
         self.leased = 0
-        self.pushes = 0
+        self.items = 0
         self.executed: deque[tuple[int, int]] = deque()
         self.executed_total = 0
 
     def wait(self, entry: _Entry) -> None:
         """Index a task that is not under lease (just added, released or its lease ended)."""
-        item = (entry.eta, entry.name)
-        _heappush(self.waiting, item)
-        if entry.tag is not None:
-            heap = self.by_tag.get(entry.tag)
-            if heap is None:
-                self.by_tag[entry.tag] = [item]
-            else:
-                _heappush(heap, item)
-            self.pushes += 2
-        else:
-            self.pushes += 1
+        self.waiting.push(entry.eta, entry.name)
+        if entry.tag is None:
+            self.items += 1
+            return
+        order = self.by_tag.get(entry.tag)
+        if order is None:
+            order = self.by_tag[entry.tag] = _EtaOrder()
+        order.push(entry.eta, entry.name)
+        self.items += 2
 
     def release_expired(self, now: int) -> None:
         """Move tasks whose lease ended (expiry < now) back among the waiting ones."""
-        leases, tasks = self.leases, self.tasks
-        while leases and leases[0][0] < now:
-            expiry, name = _heappop(leases)
-            entry = tasks.get(name)
-            if entry is not None and entry.leased and entry.eta == expiry:
-                entry.leased = False
-                self.leased -= 1
-                self.wait(entry)
+        etas, buckets, tasks = self.leases.etas, self.leases.buckets, self.tasks
+        while etas and etas[0] < now:
+            expiry = _heappop(etas)
+            names = buckets.pop(expiry)
+            self.items -= len(names)
+            for name in names:
+                entry = tasks.get(name)
+                if entry is not None and entry.leased and entry.eta == expiry:
+                    entry.leased = False
+                    self.leased -= 1
+                    self.wait(entry)
 
-    def oldest_waiting(self) -> _Entry | None:
-        """The waiting task with the smallest (ETA, name), dropping stale items on the way."""
-        waiting, tasks = self.waiting, self.tasks
-        while waiting:
-            eta, name = waiting[0]
-            entry = tasks.get(name)
-            if entry is not None and not entry.leased and entry.eta == eta:
-                return entry
-            _heappop(waiting)
+    def first(self, order: _EtaOrder, leased: bool) -> _Entry | None:
+        """The first valid task of order (leased or waiting ones), dropping stale entries."""
+        etas, buckets, tasks = order.etas, order.buckets, self.tasks
+        while etas:
+            eta = etas[0]
+            bucket = buckets[eta]
+            while bucket:
+                entry = tasks.get(bucket[0])
+                if entry is not None and entry.leased is leased and entry.eta == eta:
+                    return entry
+                _heappop(bucket)
+                self.items -= 1
+            _heappop(etas)
+            del buckets[eta]
         return None
 
-    def oldest_lease(self) -> _Entry | None:
-        """The leased task whose lease ends first, dropping stale items on the way."""
-        leases, tasks = self.leases, self.tasks
-        while leases:
-            expiry, name = leases[0]
-            entry = tasks.get(name)
-            if entry is not None and entry.leased and entry.eta == expiry:
-                return entry
-            _heappop(leases)
-        return None
-
-    def take(self, heap: list[tuple[int, str]], now: int, limit: int) -> list[_Entry]:
-        """Up to `limit` available tasks (ETA < now) from heap, oldest first, marked leased."""
-        tasks = self.tasks
+    def take(self, order: _EtaOrder, now: int, limit: int) -> list[_Entry]:
+        """Up to `limit` available tasks (ETA < now) of order, oldest first, marked leased."""
+        etas, buckets, tasks = order.etas, order.buckets, self.tasks
         taken: list[_Entry] = []
-        while heap and len(taken) < limit and heap[0][0] < now:
-            eta, name = _heappop(heap)
-            entry = tasks.get(name)
-            if entry is not None and not entry.leased and entry.eta == eta:
-                entry.leased = True
-                taken.append(entry)
+        popped = 0
+        while etas and etas[0] < now:
+            eta = etas[0]
+            bucket = buckets[eta]
+            # Never pop more names than tasks still wanted, so none has to be put back.
+            if len(bucket) <= limit - len(taken):
+                names = sorted(bucket)
+                bucket.clear()
+            else:
+                names = [_heappop(bucket) for _ in range(limit - len(taken))]
+            popped += len(names)
+            for name in names:
+                entry = tasks.get(name)
+                if entry is not None and not entry.leased and entry.eta == eta:
+                    entry.leased = True
+                    taken.append(entry)
+            if not bucket:
+                _heappop(etas)
+                del buckets[eta]
+            if len(taken) == limit:
+                break
+        self.items -= popped
         return taken
 
     def take_untagged(self, now: int, limit: int) -> list[_Entry]:
@@ -168,51 +237,41 @@ class _QueueState:
         The SDK stub's rule for lease_tasks_by_tag(tag=None) when the oldest task is untagged:
         it reads the first max_tasks available tasks by ETA and keeps only the untagged ones.
         """
-        waiting, tasks = self.waiting, self.tasks
+        seen = 0
         taken: list[_Entry] = []
-        passed: list[tuple[int, str]] = []
-        seen: set[str] = set()
-        while waiting and len(seen) < limit and waiting[0][0] < now:
-            item = _heappop(waiting)
-            entry = tasks.get(item[1])
-            if entry is None or entry.leased or entry.eta != item[0] or item[1] in seen:
-                continue
-            seen.add(item[1])
-            if entry.tag is None:
-                entry.leased = True
-                taken.append(entry)
-            else:
-                passed.append(item)
-        for item in passed:
-            _heappush(waiting, item)
+        passed: list[_Entry] = []
+        while seen < limit:
+            entry = self.first(self.waiting, False)
+            if entry is None or entry.eta >= now:
+                break
+            _heappop(self.waiting.buckets[entry.eta])
+            self.items -= 1
+            seen += 1
+            entry.leased = True
+            (taken if entry.tag is None else passed).append(entry)
+        for entry in passed:
+            entry.leased = False
+            self.waiting.push(entry.eta, entry.name)
+        self.items += len(passed)
         return taken
 
     def maybe_compact(self) -> None:
-        """Rebuild the heaps without stale items once pushes outnumber the live tasks."""
-        if self.pushes <= len(self.tasks) + _COMPACT_SLACK:
+        """Rebuild the indexes without stale entries once they hold over 3 per live task."""
+        if self.items <= 3 * len(self.tasks) + _COMPACT_SLACK:
             return
-        self.pushes = 0
-        tasks = self.tasks
-        waiting: list[tuple[int, str]] = []
-        leases: list[tuple[int, str]] = []
-        by_tag: dict[str, list[tuple[int, str]]] = {}
-        for name, entry in tasks.items():
-            item = (entry.eta, name)
+        waiting: dict[int, list[str]] = {}
+        leases: dict[int, list[str]] = {}
+        by_tag: dict[str, dict[int, list[str]]] = {}
+        for name, entry in self.tasks.items():
             if entry.leased:
-                leases.append(item)
+                leases.setdefault(entry.eta, []).append(name)
                 continue
-            waiting.append(item)
+            waiting.setdefault(entry.eta, []).append(name)
             if entry.tag is not None:
-                tagged = by_tag.get(entry.tag)
-                if tagged is None:
-                    by_tag[entry.tag] = [item]
-                else:
-                    tagged.append(item)
-        heapq.heapify(waiting)
-        heapq.heapify(leases)
-        for tagged in by_tag.values():
-            heapq.heapify(tagged)
-        self.waiting, self.leases, self.by_tag = waiting, leases, by_tag
+                by_tag.setdefault(entry.tag, {}).setdefault(entry.eta, []).append(name)
+        self.waiting, self.leases = _EtaOrder(waiting), _EtaOrder(leases)
+        self.by_tag = {tag: _EtaOrder(buckets) for tag, buckets in by_tag.items()}
+        self.items = len(self.waiting) + len(self.leases) + sum(map(len, self.by_tag.values()))
 
     def count_executed(self, now: int, leased: int) -> None:
         """Record `leased` tasks handed out at `now` for executed_last_minute."""
@@ -235,9 +294,9 @@ class MemoryBackend:
     `clock` returns POSIX seconds (default `time.time`); tests pass a fake one to move time.
     `retry_limits` maps queue names to the legacy queue.yaml `task_retry_limit`: a task already
     leased that many times (or its own `Task.retry_limit` times, when set) is deleted instead of
-    being leased again. Queues are created on first
-    use. Task names, once used in a queue, stay tombstoned for the life of the backend (deleted
-    and purged tasks included), as in the legacy service's stub.
+    being leased again. Queues are created on first use. Task names, once used in a queue, stay
+    tombstoned for the life of the backend (deleted and purged tasks included), as in the legacy
+    service's stub.
     """
 
     def __init__(
@@ -265,44 +324,43 @@ class MemoryBackend:
         with self._lock:
             state = self._queue(queue)
             now = self._clock()
-            live, used = state.tasks, state.used_names
+            live, used, by_tag = state.tasks, state.used_names, state.by_tag
+            push = state.waiting.push
+            queue_limit = state.retry_limit
             outcomes: list[Error | None] = []
+            indexed = 0
             for task in tasks:
                 name = task.name
                 if name is None:
-                    name = self._fresh_name(state)
+                    name = f"task{next(self._names)}"
+                    if name in used:
+                        name = self._fresh_name(state)
                     task.name = name
-                elif name in live:
-                    outcomes.append(
-                        TaskAlreadyExistsError(
-                            "a task with this name is in the queue; choose another name, or"
-                            " treat the task as already added",
-                            queue=queue,
-                            task=name,
-                        )
-                    )
-                    continue
                 elif name in used:
-                    outcomes.append(
-                        TombstonedTaskError(
-                            "a task with this name was in the queue and was deleted or purged;"
-                            " names are never reused: choose another name",
-                            queue=queue,
-                            task=name,
-                        )
-                    )
+                    outcomes.append(_name_taken(queue, name, name in live))
                     continue
                 eta_posix = task.eta_posix
                 if eta_posix is None:
                     eta_posix = task.resolve_eta(now)
                 eta = round(eta_posix * 1e6)
                 task.eta_posix = eta / USEC
-                limit = task.retry_limit if task.retry_limit is not None else state.retry_limit
-                entry = _Entry(name, task.payload, task.tag or None, eta, limit)
-                live[name] = entry
+                limit = task.retry_limit
+                tag = task.tag or None
+                live[name] = _Entry(
+                    name, task.payload, tag, eta, queue_limit if limit is None else limit
+                )
                 used.add(name)
-                state.wait(entry)
+                push(eta, name)
+                if tag is None:
+                    indexed += 1
+                else:
+                    order = by_tag.get(tag)
+                    if order is None:
+                        order = by_tag[tag] = _EtaOrder()
+                    order.push(eta, name)
+                    indexed += 2
                 outcomes.append(None)
+            state.items += indexed
             state.maybe_compact()
             return outcomes
 
@@ -328,10 +386,10 @@ class MemoryBackend:
             now = _usec(self._clock())
             state.release_expired(now)
             if tag:
-                heap = state.by_tag.get(tag)
-                chosen = state.take(heap, now, max_tasks) if heap else []
+                order = state.by_tag.get(tag)
+                chosen = state.take(order, now, max_tasks) if order is not None else []
             elif group_by_tag:
-                oldest = state.oldest_waiting()
+                oldest = state.first(state.waiting, False)
                 if oldest is None or oldest.eta >= now:
                     chosen = []
                 elif oldest.tag is not None:
@@ -351,9 +409,10 @@ class MemoryBackend:
 
         A task already leased retry_limit times is deleted instead (the legacy rule).
         """
-        leases = state.leases
         expiry_posix = expiry / USEC
         token = str(expiry)
+        restore = Task.restore
+        names: list[str] = []
         leased: list[Task] = []
         for entry in chosen:
             if entry.retry_limit is not None and entry.retry_count >= entry.retry_limit:
@@ -367,9 +426,9 @@ class MemoryBackend:
                 continue
             entry.eta = expiry
             entry.retry_count += 1
-            _heappush(leases, (expiry, entry.name))
+            names.append(entry.name)
             leased.append(
-                Task.restore(
+                restore(
                     payload=entry.payload,
                     name=entry.name,
                     tag=entry.tag,
@@ -379,8 +438,10 @@ class MemoryBackend:
                     queue_name=queue,
                 )
             )
+        if names:
+            state.leases.push_all(expiry, names)
         state.leased += len(leased)
-        state.pushes += len(leased)
+        state.items += len(leased)
         return leased
 
     def modify_lease(self, queue: str, task: Task, lease_seconds: float) -> None:
@@ -405,8 +466,7 @@ class MemoryBackend:
                 )
             now = _usec(self._clock())
             state.release_expired(now)
-            held = _held_lease(task)
-            if entry.eta != held or entry.eta < now:
+            if entry.eta != _held_lease(task) or entry.eta < now:
                 raise TaskLeaseExpiredError(
                     "the lease has expired or another worker holds it now: stop working on"
                     " the task and lease it again",
@@ -418,8 +478,8 @@ class MemoryBackend:
                 entry.leased = False
                 state.leased -= 1
             if entry.leased:
-                _heappush(state.leases, (entry.eta, name))
-                state.pushes += 1
+                state.leases.push(entry.eta, name)
+                state.items += 1
             else:
                 state.wait(entry)
             state.maybe_compact()
@@ -429,34 +489,34 @@ class MemoryBackend:
     def delete(self, queue: str, tasks: Sequence[Task]) -> list[bool]:
         with self._lock:
             state = self._queue(queue)
-            live = state.tasks
+            pop = state.tasks.pop
             results: list[bool] = []
+            ended = 0
             for task in tasks:
-                entry = live.pop(task.name, None)  # type: ignore[arg-type]
+                entry = pop(task.name, None)  # type: ignore[arg-type]
                 if entry is None:
                     results.append(False)
                 else:
-                    if entry.leased:
-                        state.leased -= 1
+                    ended += entry.leased
                     results.append(True)
+            state.leased -= ended
             return results
 
     def purge(self, queue: str) -> None:
         with self._lock:
             state = self._queue(queue)
             state.tasks.clear()
-            state.waiting.clear()
-            state.by_tag.clear()
-            state.leases.clear()
+            state.waiting, state.leases, state.by_tag = _EtaOrder(), _EtaOrder(), {}
             state.leased = 0
-            state.pushes = 0
+            state.items = 0
 
     def stats(self, queue: str) -> QueueStats:
         with self._lock:
             state = self._queue(queue)
             now = _usec(self._clock())
             state.release_expired(now)
-            etas = [e.eta for e in (state.oldest_waiting(), state.oldest_lease()) if e is not None]
+            firsts = (state.first(state.waiting, False), state.first(state.leases, True))
+            etas = [entry.eta for entry in firsts if entry is not None]
             return QueueStats(
                 queue=queue,
                 tasks=len(state.tasks),

@@ -161,67 +161,46 @@ class Task(_CoreTask):
         countdown: float | None = None,
         **kwargs: Any,
     ) -> None:
-        unknown = set(kwargs) - {
-            "headers",
-            "params",
-            "retry_options",
-            "target",
-            "url",
-            "dispatch_deadline_usec",
-            "_size_check",
-        }
-        if unknown:
-            raise TypeError(f"Invalid arguments: {', '.join(sorted(unknown))}")
-        method = method.upper()
-        if method in _PUSH_METHODS:
-            raise _push_not_served(method)
+        if kwargs:
+            payload = _legacy_keywords(payload, name, kwargs)
         if method != "PULL":
-            raise InvalidTaskError(f"Invalid method: {method}")
-        if name and not isinstance(name, str):
-            raise InvalidTaskNameError(f"the task name must be a string, not {name!r}")
+            method = method.upper() if isinstance(method, str) else method
+            if method in _PUSH_METHODS:
+                raise _push_not_served(method)
+            if method != "PULL":
+                raise InvalidTaskError(f"Invalid method: {method}")
         if name:
+            if not isinstance(name, str):
+                raise InvalidTaskNameError(f"the task name must be a string, not {name!r}")
             validate_task_name(name)
-        for field in ("url", "headers", "target", "dispatch_deadline_usec"):
-            if kwargs.get(field):
-                raise InvalidTaskError(f"{field} must not be specified for pull tasks", task=name)
-        params = kwargs.get("params")
-        if params:
-            if payload:
-                raise InvalidTaskError(
-                    "Message body and parameters both present for PULL method; only one of these"
-                    " can be supplied",
-                    task=name,
-                )
-            payload = _encode_params(params)
         if payload is None:
             raise InvalidTaskError("payload must be specified for pull task", task=name)
         if not isinstance(payload, str | bytes):
             raise InvalidTaskError(f"Task payloads must be strings; invalid payload: {payload!r}")
-        if eta is not None and countdown is not None:
-            raise InvalidTaskError("Cannot use a countdown and ETA together", task=name)
-        if eta is not None and not isinstance(eta, dt.datetime):
-            raise InvalidTaskError("ETA must be a datetime.datetime instance", task=name)
-        if countdown is not None:
-            try:
-                countdown = float(countdown)
-            except (TypeError, ValueError) as exc:
-                raise InvalidTaskError("Countdown must be a number", task=name) from exc
-        retry_options = kwargs.get("retry_options")
-        if retry_options is not None and not isinstance(retry_options, TaskRetryOptions):
-            raise InvalidTaskRetryOptionsError("retry_options must be a TaskRetryOptions")
+        if eta is not None or countdown is not None:
+            if eta is not None and countdown is not None:
+                raise InvalidTaskError("Cannot use a countdown and ETA together", task=name)
+            if eta is not None and not isinstance(eta, dt.datetime):
+                raise InvalidTaskError("ETA must be a datetime.datetime instance", task=name)
+            if countdown is not None:
+                try:
+                    countdown = float(countdown)
+                except (TypeError, ValueError) as exc:
+                    raise InvalidTaskError("Countdown must be a number", task=name) from exc
         super().__init__(payload, name=name or None, tag=tag, eta=eta, countdown=countdown)
         if kwargs.get("_size_check", True):
-            if self.size > MAX_PULL_TASK_SIZE_BYTES:
+            if len(self.payload) + _LEGACY_SIZE_OVERHEAD > MAX_PULL_TASK_SIZE_BYTES:
                 raise TaskTooLargeError(
                     f"Task size must be less than {MAX_PULL_TASK_SIZE_BYTES}; found {self.size}",
                     task=self.name,
                 )
-            if self.tag and len(self.tag.encode("utf-8")) > MAX_TAG_LENGTH:
-                raise InvalidTagError(
-                    f"Tag must be <= {MAX_TAG_LENGTH} bytes. "
-                    f"Got a {len(self.tag.encode('utf-8'))} byte tag.",
-                    task=self.name,
-                )
+            if self.tag and len(self.tag) * 4 > MAX_TAG_LENGTH:
+                tag_bytes = len(self.tag.encode("utf-8"))
+                if tag_bytes > MAX_TAG_LENGTH:
+                    raise InvalidTagError(
+                        f"Tag must be <= {MAX_TAG_LENGTH} bytes. Got a {tag_bytes} byte tag.",
+                        task=self.name,
+                    )
 
     @property
     def method(self) -> str:
@@ -309,6 +288,34 @@ class Task(_CoreTask):
             "was_enqueued": self.was_enqueued,
         }
         return "Task<" + ", ".join(f"{key}={value!r}" for key, value in fields.items()) + ">"
+
+
+_LEGACY_KEYWORDS = frozenset(
+    ["headers", "params", "retry_options", "target", "url", "dispatch_deadline_usec", "_size_check"]
+)
+
+
+def _legacy_keywords(payload: Any, name: str | None, kwargs: dict[str, Any]) -> Any:
+    """Check the legacy Task keywords a pull task may carry; returns the payload to use."""
+    unknown = set(kwargs) - _LEGACY_KEYWORDS
+    if unknown:
+        raise TypeError(f"Invalid arguments: {', '.join(sorted(unknown))}")
+    for field in ("url", "headers", "target", "dispatch_deadline_usec"):
+        if kwargs.get(field):
+            raise InvalidTaskError(f"{field} must not be specified for pull tasks", task=name)
+    retry_options = kwargs.get("retry_options")
+    if retry_options is not None and not isinstance(retry_options, TaskRetryOptions):
+        raise InvalidTaskRetryOptionsError("retry_options must be a TaskRetryOptions")
+    params = kwargs.get("params")
+    if params:
+        if payload:
+            raise InvalidTaskError(
+                "Message body and parameters both present for PULL method; only one of these"
+                " can be supplied",
+                task=name,
+            )
+        return _encode_params(params)
+    return payload
 
 
 def _encode_params(params: dict[Any, Any]) -> str:
@@ -524,14 +531,11 @@ class Queue:
                 queue=self.name,
             )
         if isinstance(task, _CoreTask):
-            return _as_legacy(self._queue.add(task))
+            return self._queue.add(task)  # type: ignore[return-value]
         tasks = list(task)
         if not tasks:
             return []
-        added = self._queue.add(tasks)
-        for item in added:
-            _as_legacy(item)
-        return added  # type: ignore[return-value]
+        return self._queue.add(tasks)  # type: ignore[return-value]
 
     def add_async(
         self,
@@ -613,11 +617,8 @@ class Queue:
         """Delete tasks by name; each gets was_deleted True, or False when it was already gone."""
         if isinstance(task, _CoreTask):
             self._queue.delete(task)
-            return _as_legacy(task)
-        tasks = self._queue.delete(task)
-        for item in tasks:
-            _as_legacy(item)
-        return tasks  # type: ignore[return-value]
+            return task  # type: ignore[return-value]
+        return self._queue.delete(task)  # type: ignore[return-value]
 
     def delete_tasks_async(
         self, task: _CoreTask | Iterable[_CoreTask], rpc: RPC[Any] | None = None
