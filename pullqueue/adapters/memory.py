@@ -16,7 +16,7 @@ How the indexes work (docs/semantics.md says it for users):
 - Nothing is ever searched for and removed from an index: when a task is leased, deleted or
   moved, its old entries stop matching the task (its state or ETA changed) and are dropped when
   they come first. A live task has at most two valid entries, so once the indexes hold more than
-  three per live task a compaction rebuilds them: stale entries cost O(1) amortized and memory
+  four per live task a compaction rebuilds them: stale entries cost O(1) amortized and memory
   stays O(live tasks).
 """
 
@@ -108,7 +108,8 @@ class _EtaOrder:
         if buckets:
             _heapify(self.etas)
             for names in buckets.values():
-                _heapify(names)
+                if len(names) > 1:
+                    _heapify(names)
 
     def push(self, eta: int, name: str) -> None:
         bucket = self.buckets.get(eta)
@@ -256,22 +257,34 @@ class _QueueState:
         return taken
 
     def maybe_compact(self) -> None:
-        """Rebuild the indexes without stale entries once they hold over 3 per live task."""
-        if self.items <= 3 * len(self.tasks) + _COMPACT_SLACK:
+        """Rebuild the indexes without stale entries once they hold over 4 per live task."""
+        if self.items <= 4 * len(self.tasks) + _COMPACT_SLACK:
             return
         waiting: dict[int, list[str]] = {}
         leases: dict[int, list[str]] = {}
         by_tag: dict[str, dict[int, list[str]]] = {}
+        tagged = 0
         for name, entry in self.tasks.items():
-            if entry.leased:
-                leases.setdefault(entry.eta, []).append(name)
+            eta = entry.eta
+            buckets = leases if entry.leased else waiting
+            bucket = buckets.get(eta)
+            if bucket is None:
+                buckets[eta] = [name]
+            else:
+                bucket.append(name)
+            if entry.tag is None or entry.leased:
                 continue
-            waiting.setdefault(entry.eta, []).append(name)
-            if entry.tag is not None:
-                by_tag.setdefault(entry.tag, {}).setdefault(entry.eta, []).append(name)
+            tagged += 1
+            tag_buckets = by_tag.get(entry.tag)
+            if tag_buckets is None:
+                by_tag[entry.tag] = {eta: [name]}
+            elif eta in tag_buckets:
+                tag_buckets[eta].append(name)
+            else:
+                tag_buckets[eta] = [name]
         self.waiting, self.leases = _EtaOrder(waiting), _EtaOrder(leases)
         self.by_tag = {tag: _EtaOrder(buckets) for tag, buckets in by_tag.items()}
-        self.items = len(self.waiting) + len(self.leases) + sum(map(len, self.by_tag.values()))
+        self.items = len(self.tasks) + tagged
 
     def count_executed(self, now: int, leased: int) -> None:
         """Record `leased` tasks handed out at `now` for executed_last_minute."""
