@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import statistics
 import tempfile
 import time
@@ -92,27 +93,38 @@ def run_memory(tasks: int) -> tuple[float, int]:
     return timed(lambda: workload(compat, queue, tasks))
 
 
-def per_task_lease_delete(queued: int, measured: int, tagged: bool) -> float:
-    """Seconds per task of lease+delete (compat layer) with `queued` tasks waiting."""
-    if measured > queued:
-        raise ValueError(f"cannot lease {measured} tasks from a queue of {queued}")
+def per_task_lease_delete(queued: int, rounds: int, tagged: bool) -> float:
+    """CPU seconds per task of lease+delete (compat layer) with `queued` tasks waiting.
+
+    The queue is kept at its size: after each timed lease+delete, as many new tasks are added
+    (untimed), so a small and a large queue are measured over the same number of rounds.
+    """
     backend = MemoryBackend()
-    for start in range(0, queued, 1000):
-        batch = range(start, min(start + 1000, queued))
-        backend.add("big", [Task(b"x", tag=f"tag-{i % TAGS}" if tagged else None) for i in batch])
+    counter = itertools.count()
+
+    def refill(count: int) -> None:
+        for start in range(0, count, 1000):
+            batch = [next(counter) for _ in range(min(1000, count - start))]
+            backend.add(
+                "big", [Task(b"x", tag=f"tag-{i % TAGS}" if tagged else None) for i in batch]
+            )
+
+    refill(queued)
     time.sleep(0.001)
     queue = compat.Queue("big", backend=backend)
     gc.collect()
-    done = 0
-    start_time = time.process_time()
-    while done < measured:
+    elapsed, done = 0.0, 0
+    for _ in range(rounds):
+        start = time.process_time()
         if tagged:
             leased = queue.lease_tasks_by_tag(LEASE_SECONDS, PER_LEASE)
         else:
             leased = queue.lease_tasks(LEASE_SECONDS, PER_LEASE)
         queue.delete_tasks(leased)
+        elapsed += time.process_time() - start
         done += len(leased)
-    return (time.process_time() - start_time) / done
+        refill(len(leased))
+    return elapsed / done
 
 
 def main() -> None:
@@ -147,10 +159,7 @@ def main() -> None:
         kind = "lease_tasks_by_tag" if tagged else "lease_tasks"
         costs = {}
         for queued in (args.small, args.big):
-            samples = [
-                per_task_lease_delete(queued, min(20_000, queued), tagged)
-                for _ in range(args.repeat)
-            ]
+            samples = [per_task_lease_delete(queued, 100, tagged) for _ in range(args.repeat)]
             costs[queued] = statistics.median(samples)
             print(f"  {kind:18s} {queued:>10,} queued: {costs[queued] * 1e6:6.2f} us/task")
         ratio = costs[args.big] / costs[args.small]

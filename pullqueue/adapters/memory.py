@@ -513,6 +513,7 @@ class MemoryBackend:
                     ended += entry.leased
                     results.append(True)
             state.leased -= ended
+            state.maybe_compact()
             return results
 
     def purge(self, queue: str) -> None:
