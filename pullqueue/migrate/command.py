@@ -38,6 +38,7 @@ from pullqueue.registry import connect
 EXIT_OK = 0
 EXIT_NOT_OK = 1
 EXIT_BAD_INPUT = 2
+EXIT_ABORTED = 130
 
 
 def default_journal_path(queue: str, source_url: str, dest_url: str, dest_queue: str) -> Path:
@@ -58,7 +59,8 @@ Examples:
 
 \b
 Exit status: 0 everything moved (tasks still waiting on an ETA are listed), 1 something
-failed or is left unexplained (see the report), 2 bad input (nothing was moved).""",
+failed or is left unexplained (see the report), 2 bad input (nothing was moved), 130 a
+second SIGINT cut it short (run it again to finish).""",
 )
 @click.argument("queue_name", metavar="QUEUE")
 @click.option("--from", "source_url", required=True, metavar="URL", help="The legacy queue's URL.")
@@ -180,6 +182,18 @@ def migrate(
             )
     except Error as exc:
         _fail(err, exc)
+    except KeyboardInterrupt:
+        err.print(
+            "aborted: the batch in flight was cut short; run the same command again to finish"
+            " (the journal knows where this run stopped)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # At once, as asked: threads still writing would hold the exit; the rerun hands their
+        # leases back and counts their tasks as in doubt, as after a kill.
+        os._exit(EXIT_ABORTED)
     finally:
         source.backend.close()
         dest.backend.close()
@@ -208,14 +222,15 @@ def _signals(stop: threading.Event, err: Console) -> Iterator[None]:
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         stop.set()
         err.print(
             f"{signal.Signals(signum).name}: finishing the batch in flight, then reporting"
             " (send again to abort at once)",
             highlight=False,
+            soft_wrap=True,
         )
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
     for sig in previous:
         signal.signal(sig, on_signal)

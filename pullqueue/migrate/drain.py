@@ -226,7 +226,7 @@ class _Drain:
         self._pipeline: Pipeline[_Batch] = Pipeline(
             self._complete, self._abandon, depth=PIPELINE_DEPTH
         )
-        clean = False
+        clean = interrupted = False
         try:
             self._loop()
             self._pipeline.flush()
@@ -235,9 +235,12 @@ class _Drain:
             self.report.error = f"{type(stop.error).__name__}: {stop.error}"
             self.report.stopped = "error"
             clean = True
+        except KeyboardInterrupt:
+            interrupted = True  # a second Ctrl-C: leave at once, the journal covers the rest
+            raise
         finally:
-            self._pipeline.close()
-            self._sender.close()
+            self._pipeline.close(wait=not interrupted)
+            self._sender.close(wait=not interrupted)
             if clean:
                 self._finish()
         return self.report

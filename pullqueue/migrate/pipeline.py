@@ -67,10 +67,11 @@ class Pipeline(Generic[T]):
         if self._error is not None:
             raise self._error
 
-    def close(self) -> None:
-        """Stop the writer once it is done with what it has."""
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the writer once it is done with what it has (and wait for that, if `wait`)."""
         self._items.put(None)
-        self._thread.join()
+        if wait:
+            self._thread.join()
 
     def _run(self) -> None:
         while (item := self._items.get()) is not None:

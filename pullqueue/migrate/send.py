@@ -145,6 +145,6 @@ class Sender:
             pending = still
         return sent
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True) -> None:
         if self._pool is not None:
-            self._pool.shutdown()
+            self._pool.shutdown(wait=wait)

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
-from urllib.parse import SplitResult
+from urllib.parse import SplitResult, parse_qs
 
 from pullqueue.errors import (
     ConfigurationError,
@@ -40,9 +40,11 @@ CREATE TABLE IF NOT EXISTS tombstones (queue TEXT NOT NULL, name TEXT NOT NULL,
 class FileQueueBackend:
     """Pull queues in a SQLite file; every call is one transaction, safe across processes."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, add_delay: float = 0.0) -> None:
         self.url = f"filequeue://{path}"
         self.path = path
+        self.add_delay = add_delay
+        """Seconds each add call sleeps first: a slow destination, for tests of stopping."""
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -56,6 +58,7 @@ class FileQueueBackend:
         return _Transaction(self._db, self._lock)
 
     def add(self, queue: str, tasks: Sequence[Task]) -> list[Error | None]:
+        time.sleep(self.add_delay)
         outcomes: list[Error | None] = []
         with self._tx() as db:
             now = self.now()
@@ -217,7 +220,11 @@ class _Transaction:
 
     def __enter__(self) -> sqlite3.Connection:
         self.lock.acquire()
-        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.lock.release()
+            raise
         return self.db
 
     def __exit__(self, kind: object, value: object, traceback: object) -> None:
@@ -228,7 +235,8 @@ class _Transaction:
 
 
 def from_url(url: SplitResult, options: dict[str, Any]) -> FileQueueBackend:
-    """`filequeue:///absolute/path.db`."""
+    """`filequeue:///absolute/path.db[?add_delay=SECONDS]`."""
     if not url.path:
         raise ConfigurationError(f"filequeue:// needs a file path, got {url.geturl()!r}")
-    return FileQueueBackend(url.path)
+    query = parse_qs(url.query)
+    return FileQueueBackend(url.path, add_delay=float(query.get("add_delay", ["0"])[0]))

@@ -142,3 +142,31 @@ def test_progress_bar_on_request(tmp_path: Path) -> None:
     done = run_migrate(tmp_path, "--progress")
     assert done.returncode == 0
     assert "migrating" in done.stderr and "50/50" in done.stderr
+
+
+def test_a_second_sigint_aborts_and_a_rerun_finishes(tmp_path: Path) -> None:
+    source = file_queue(tmp_path / "src.db")
+    for start in range(0, 3000, 100):
+        source.add([Task(b"x", name=f"t{i}") for i in range(start, start + 100)])
+    slow = f"filequeue://{tmp_path / 'dst.db'}?add_delay=0.1"  # a second per batch of 1000
+    process = subprocess.Popen(
+        migrate_command(tmp_path, "--follow", to_url=slow),
+        **popen_options(tmp_path),
+    )
+    try:
+        while source.stats().leased == 0:  # wait until a batch is in flight
+            time.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        assert process.stderr is not None
+        assert "SIGINT: finishing the batch in flight" in process.stderr.readline()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    assert "run the same command again" in stderr
+    assert source.stats().tasks > 0
+    done = run_migrate(tmp_path, to_url=slow)  # waits at most for the aborted run's leases
+    assert done.returncode == 0, done.stderr
+    assert source.stats().tasks == 0
+    assert file_queue(tmp_path / "dst.db").stats().tasks == 3000
