@@ -165,7 +165,7 @@ def migrate(
     stop = threading.Event()
     progress_on = err.is_terminal if show_progress is None else show_progress
     try:
-        with _signals(stop, err), _progress_bar(err, progress_on) as on_progress:
+        with _signals(stop), _progress_bar(err, progress_on) as on_progress:
             report = drain(
                 source,
                 dest,
@@ -216,7 +216,7 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 @contextmanager
-def _signals(stop: threading.Event, err: Console) -> Iterator[None]:
+def _signals(stop: threading.Event) -> Iterator[None]:
     """First SIGINT/SIGTERM: finish the in-flight batch, release the rest, report. Second: abort
     at once (the journal keeps that safe too)."""
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -225,12 +225,11 @@ def _signals(stop: threading.Event, err: Console) -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         stop.set()
-        err.print(
+        sys.stderr.write(  # one plain write: a second signal may interrupt this very call
             f"{signal.Signals(signum).name}: finishing the batch in flight, then reporting"
-            " (send again to abort at once)",
-            highlight=False,
-            soft_wrap=True,
+            " (send again to abort at once)\n"
         )
+        sys.stderr.flush()
 
     for sig in previous:
         signal.signal(sig, on_signal)
