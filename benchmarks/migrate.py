@@ -110,7 +110,7 @@ def raw_publish_round(project: str, tasks: int, payload: bytes) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=20_000, help="tasks per run (default 20000)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per case (default 3)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per case (default 5)")
     parser.add_argument("--payload", type=int, default=100, help="payload bytes (default 100)")
     parser.add_argument(
         "--lease-rate", type=float, default=math.inf, help="source lease calls/s (default: no cap)"
@@ -122,6 +122,7 @@ def main() -> None:
         f"{args.tasks} tasks of {args.payload} bytes, {args.repeat} runs each, journal on,"
         f" source lease rate {'uncapped' if math.isinf(rate) else f'{rate:g}/s'}"
     )
+    memory_round(1000, payload, rate, True)  # warm up
     memory = [memory_round(args.tasks, payload, rate, True) for _ in range(args.repeat)]
     no_journal = [memory_round(args.tasks, payload, rate, False) for _ in range(args.repeat)]
     print(f"memory -> memory            {statistics.median(memory):>10.0f} tasks/s")
