@@ -24,8 +24,8 @@ from tests.legacy_stub import legacy_taskqueue
 
 QUEUES: dict[str, int | None] = {"pull-a": None, "pull-b": None, "pull-limited": 3}
 TAGS = ["red", "green", "blue", "t" * 500]
-SEEDS = range(10)
-OPS_PER_SEED = 400
+SEEDS = range(16)
+OPS_PER_SEED = 500
 TICKS = [1e-6, 0.1, 0.5, 1.0, 2.0, 5.0, 30.0, 61.0, 600.0, 3600.0]
 LEASE_SECONDS = [0, 0.5, 1, 2.5, 10, 60, 3600, 604800]
 MAX_TASKS = [1, 2, 3, 5, 10, 50, 1000]
@@ -521,3 +521,77 @@ def test_scripted_boundaries_agree_with_the_sdk_stub(
         legacy = Side(sdk, {q: sdk.Queue(q) for q in QUEUES})
         ours = Side(compat, {q: compat.Queue(q, backend=backend) for q in QUEUES})
         scenario(Script(clock, legacy, ours))
+
+
+def _parameters(function: Callable[..., Any]) -> list[tuple[str, Any]]:
+    import inspect
+
+    return [
+        (p.name, p.default)
+        for p in inspect.signature(function).parameters.values()
+        if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"
+    ]
+
+
+def test_the_compat_module_has_every_legacy_name_and_signature() -> None:
+    """A service changes only its import line: every name, parameter and default is there."""
+    from google.appengine.api import taskqueue as sdk
+
+    missing = [name for name in sdk.__all__ if not hasattr(compat, name)]
+    assert not missing, f"compat.taskqueue lacks {missing}"
+    for name in sdk.__all__:
+        legacy = getattr(sdk, name)
+        if isinstance(legacy, type) and issubclass(legacy, Exception):
+            assert issubclass(getattr(compat, name), compat.Error), name
+        elif isinstance(legacy, int):
+            assert getattr(compat, name) == legacy, name
+    methods = [
+        "add",
+        "add_async",
+        "lease_tasks",
+        "lease_tasks_async",
+        "lease_tasks_by_tag",
+        "lease_tasks_by_tag_async",
+        "modify_task_lease",
+        "delete_tasks",
+        "delete_tasks_async",
+        "delete_tasks_by_name",
+        "delete_tasks_by_name_async",
+        "purge",
+        "fetch_statistics",
+        "fetch_statistics_async",
+    ]
+    for method in methods:
+        legacy_params = _parameters(getattr(sdk.Queue, method))
+        ours = _parameters(getattr(compat.Queue, method))
+        assert ours[: len(legacy_params)] == legacy_params, method
+    assert _parameters(compat.Queue.__init__)[:1] == _parameters(sdk.Queue.__init__)
+    assert _parameters(compat.Task.__init__)[:1] == _parameters(sdk.Task.__init__)
+    for attribute in [
+        "eta",
+        "eta_posix",
+        "headers",
+        "method",
+        "name",
+        "on_queue_url",
+        "payload",
+        "queue_name",
+        "retry_count",
+        "retry_options",
+        "size",
+        "tag",
+        "target",
+        "url",
+        "was_deleted",
+        "was_enqueued",
+        "dispatch_deadline_usec",
+        "extract_params",
+        "add",
+        "add_async",
+    ]:
+        assert hasattr(compat.Task, attribute) or attribute in compat.Task.__slots__, attribute
+    task = compat.Task(payload="a=1&b=2&b=3", name="t")
+    assert task.extract_params() == {"a": b"1", "b": [b"2", b"3"]}
+    for attribute in ("queue", "tasks", "oldest_eta_usec", "executed_last_minute", "in_flight"):
+        assert attribute in compat.QueueStatistics._ATTRS
+    assert _parameters(compat.QueueStatistics.fetch) == _parameters(sdk.QueueStatistics.fetch)
