@@ -502,9 +502,24 @@ def _scenario_queue_retry_limit(run: Script) -> None:
     )
 
 
+def _scenario_task_retry_options_do_not_apply_to_pull_tasks(run: Script) -> None:
+    # The SDK never sends a pull task's retry_options to the service (only push tasks carry
+    # them), so a per-task task_retry_limit has no effect on a pull queue.
+    def add(side: Side, store: dict[str, Any]) -> Any:
+        options = side.tq.TaskRetryOptions(task_retry_limit=1)
+        task = side.tq.Task(b"x", method="PULL", name="opt", retry_options=options)
+        return side.queues["pull-a"].add(task).name
+
+    run.both("add with retry_options", add)
+    for _ in range(3):
+        run.clock.advance(1)
+        assert run.lease("pull-a", 0.5, 10)[1][0][0] == "opt"
+
+
 @pytest.mark.parametrize(
     "scenario",
     [
+        _scenario_task_retry_options_do_not_apply_to_pull_tasks,
         _scenario_boundaries,
         _scenario_purge_and_tombstones,
         _scenario_order_and_tags,
