@@ -3,6 +3,8 @@ Tasks (the REST fake over the SDK stub) into memory, future ETAs and legacy limi
 
 from __future__ import annotations
 
+import datetime as dt
+import time
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -13,9 +15,10 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.pubsub_v1 import SubscriberClient
 
-from pullqueue import Queue, Settings
+from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.adapters.pubsub import PubSubBackend
+from pullqueue.adapters.pubsub_wire import parse_eta
 from pullqueue.errors import NotProvisionedError
 from pullqueue.migrate import drain
 from pullqueue.migrate.report import iso
@@ -211,3 +214,26 @@ def test_cloud_tasks_outages_are_retried_and_nothing_is_lost(tmp_path: Path) -> 
         left = service.tasks("pulls")
     assert report.ok, report.render()
     assert left == [] and len(list(dest_backend.list_tasks("pulls"))) == 40
+
+
+def test_a_future_eta_reaches_pubsub_in_the_eta_attribute(
+    project: str, subscriber: SubscriberClient
+) -> None:
+    source = Queue("later", MemoryBackend())
+    eta = time.time() + 3600
+    source.add(
+        [
+            Task(b"later", name="later", eta=dt.datetime.fromtimestamp(eta, tz=dt.timezone.utc)),
+            Task(name="now"),
+        ]
+    )
+    dest_backend = PubSubBackend(project, settings=Settings(), auto_create=True)
+    try:
+        report = drain(source, Queue("later", dest_backend), **FAST)
+    finally:
+        dest_backend.close()
+    assert report.ok and (report.leased, report.listed) == (1, 1)
+    arrived = pull_all(subscriber, f"projects/{project}/subscriptions/later-workers")
+    assert set(arrived) == {"later", "now"}
+    assert parse_eta(arrived["later"].attributes["eta"]) == pytest.approx(eta, abs=1e-3)
+    assert "eta" not in arrived["now"].attributes  # due at once

@@ -23,7 +23,9 @@ def test_migrate_moves_everything_and_writes_the_report(tmp_path: Path) -> None:
             [Task(f"p{i}", name=f"t{i}", tag=f"g{i % 4}") for i in range(start, start + 100)]
         )
     later = time.time() + 3600
-    source.add([Task(b"later", name="later", eta=dt.datetime.fromtimestamp(later))])
+    source.add(
+        [Task(b"later", name="later", eta=dt.datetime.fromtimestamp(later, tz=dt.timezone.utc))]
+    )
 
     done = run_migrate(tmp_path, "--report", "report.json")
 

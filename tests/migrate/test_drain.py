@@ -89,7 +89,12 @@ def test_future_eta_tasks_on_a_source_that_cannot_list_are_reported_waiting() ->
     source_backend = Hooked()
     source, dest = queues(source_backend)
     later = time.time() + 7200
-    source.add([Task(b"a", name="later", eta=dt.datetime.fromtimestamp(later)), Task(name="now")])
+    source.add(
+        [
+            Task(b"a", name="later", eta=dt.datetime.fromtimestamp(later, tz=dt.timezone.utc)),
+            Task(name="now"),
+        ]
+    )
 
     report = drain(source, dest, **FAST)
 
