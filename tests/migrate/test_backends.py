@@ -19,7 +19,7 @@ from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub_wire import parse_eta
-from pullqueue.errors import NotProvisionedError
+from pullqueue.errors import NotProvisionedError, UnknownQueueError
 from pullqueue.migrate import drain
 from pullqueue.migrate.report import iso
 from tests.support.appengine_testbed import appengine_testbed
@@ -237,3 +237,14 @@ def test_a_future_eta_reaches_pubsub_in_the_eta_attribute(
     assert set(arrived) == {"later", "now"}
     assert parse_eta(arrived["later"].attributes["eta"]) == pytest.approx(eta, abs=1e-3)
     assert "eta" not in arrived["now"].attributes  # due at once
+
+
+def test_a_missing_legacy_queue_fails_the_preflight() -> None:
+    with cloudtasks_service(queues=["pulls"]) as service:
+        source_backend = service.backend()
+        try:
+            with pytest.raises(UnknownQueueError, match="preflight on the source"):
+                drain(Queue("nosuch", source_backend), Queue("pulls", MemoryBackend()), **FAST)
+        finally:
+            source_backend.close()
+        assert service.rpc_count("LeaseTasks") == 0
