@@ -184,6 +184,13 @@ class Queue:
                         queue=self.name,
                         task=item.name,
                     )
+                if eta < 0:
+                    raise InvalidEtaError(
+                        "ETA is before 1970-01-01; give a later eta or a smaller negative"
+                        " countdown",
+                        queue=self.name,
+                        task=item.name,
+                    )
 
     def lease(
         self,

@@ -451,6 +451,8 @@ def _scenario_boundaries(run: Script) -> None:
 def _scenario_purge_and_tombstones(run: Script) -> None:
     run.add("kept", "pull-b", name="kept")
     run.add("anon", "pull-b")
+    ancient = dt.datetime(1969, 12, 31, tzinfo=dt.timezone.utc)
+    assert run.add("ancient", "pull-b", name="ancient", eta=ancient) == ("error", "InvalidEtaError")
     run.call("purge", "pull-b", "purge")
     assert run.add("kept again", "pull-b", name="kept") == ("error", "TombstonedTaskError")
     run.call("delete purged", "pull-b", "delete_tasks_by_name", ["kept", "never"])

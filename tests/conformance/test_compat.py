@@ -113,3 +113,37 @@ def test_async_variants(harness: Harness) -> None:
     assert all(t.was_deleted for t in done)
     empty = queue.lease_tasks_async(60, 10, taskqueue.create_rpc())
     assert empty.get_result() == []
+
+
+def test_legacy_task_arguments() -> None:
+    with pytest.raises(taskqueue.InvalidQueueModeError) as raised:
+        taskqueue.Task(payload="x", method="POST")
+    assert "Cloud Tasks" in str(raised.value)
+    for push_only in ({"url": "/work"}, {"headers": {"a": "b"}}, {"target": "v1"}):
+        with pytest.raises(taskqueue.InvalidTaskError):
+            taskqueue.Task(payload="x", **push_only)
+    with pytest.raises(TypeError):
+        taskqueue.Task(payload="x", colour="blue")
+    with pytest.raises(taskqueue.InvalidTaskError):
+        taskqueue.Task()  # a pull task needs a payload
+    with pytest.raises(taskqueue.InvalidTaskError):
+        taskqueue.Task(payload="x", params={"a": 1})
+    with pytest.raises(taskqueue.InvalidTaskNameError):
+        taskqueue.Task(payload="x", name="not valid")
+    with pytest.raises(taskqueue.TaskTooLargeError):
+        taskqueue.Task(payload=b"x" * taskqueue.MAX_PULL_TASK_SIZE_BYTES)
+    with pytest.raises(taskqueue.InvalidTagError):
+        taskqueue.Task(payload="x", tag="t" * 501)
+    task = taskqueue.Task(params={"user": "ann", "n": [1, 2]}, method="pull", tag=b"t")
+    assert task.payload == b"user=ann&n=1&n=2" and task.tag == "t" and task.method == "PULL"
+    assert task.size == len(task.payload) + 37  # the SDK's count: method and namespace header
+
+
+@pytest.mark.feature("stats_exact")
+def test_eta_before_1970_is_refused(harness: Harness) -> None:
+    queue = _queue(harness)
+    with pytest.raises(taskqueue.InvalidEtaError):
+        queue.add(
+            taskqueue.Task(payload="x", eta=dt.datetime(1969, 12, 31, tzinfo=dt.timezone.utc))
+        )
+    assert queue.fetch_statistics().tasks == 0
