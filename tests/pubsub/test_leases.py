@@ -185,15 +185,20 @@ def test_a_lease_the_keeper_could_not_renew_is_reported_not_kept(
     assert other.delete(back)[0].was_deleted
 
 
+def _pubsub_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("pullqueue-pubsub-")}
+
+
 def test_close_stops_the_keeper_thread(make_backend: MakeBackend) -> None:
+    before = _pubsub_threads()  # backends other tests left open keep theirs
     backend = make_backend(pubsub_keeper_period=0.5, pubsub_lease_window=2)
     queue = Queue("threads", backend)
     queue.add(Task(b"x"))
     queue.lease(3600, 10)
-    assert any(t.name == "pullqueue-pubsub-lease-keeper" for t in threading.enumerate())
+    started = _pubsub_threads() - before
+    assert any(t.name == "pullqueue-pubsub-lease-keeper" for t in started)
     backend.close()
-    assert not any(t.name == "pullqueue-pubsub-lease-keeper" for t in threading.enumerate())
-    assert not any(t.name.startswith("pullqueue-pubsub-pull") for t in threading.enumerate())
+    assert not [t for t in started if t.is_alive()], "close() must stop this backend's threads"
 
 
 def test_a_lease_as_long_as_the_subscription_deadline_holds_the_same(
