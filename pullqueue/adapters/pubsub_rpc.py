@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as gexc
+from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.protobuf import timestamp_pb2
 from google.pubsub_v1 import PublisherClient, SubscriberClient
@@ -24,7 +25,7 @@ from pullqueue.adapters.pubsub_errors import (
     exactly_once_failures,
     translate,
 )
-from pullqueue.errors import Error
+from pullqueue.errors import ConfigurationError, Error
 
 T = TypeVar("T")
 
@@ -58,8 +59,16 @@ class PubSubRpc:
         # The Google clients read PUBSUB_EMULATOR_HOST themselves (an insecure channel to it);
         # like google.cloud.pubsub_v1's clients, ask for no credentials then.
         credentials = AnonymousCredentials() if emulator_host() else None  # type: ignore[no-untyped-call]
-        self.publisher = PublisherClient(credentials=credentials)
-        self.subscriber = SubscriberClient(credentials=credentials)
+        try:
+            self.publisher = PublisherClient(credentials=credentials)
+            self.subscriber = SubscriberClient(credentials=credentials)
+        except auth_exceptions.DefaultCredentialsError as exc:
+            raise ConfigurationError(
+                f"pubsub://{project} found no Google credentials; provide Application Default"
+                " Credentials with `gcloud auth application-default login`, set"
+                " GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, run on GCP with a"
+                " service account, or set PUBSUB_EMULATOR_HOST to use the emulator"
+            ) from exc
         self._executor: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 

@@ -8,6 +8,7 @@ layout is a ConfigurationError, and nothing is swallowed.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from google.api_core import exceptions as gexc
@@ -160,3 +161,14 @@ def test_status_codes_map_to_typed_errors(
     error = translate(google_error, queue="jobs", resource="projects/p/subscriptions/jobs-workers")
     assert type(error) is expected
     assert error.queue == "jobs" and "projects/p/subscriptions/jobs-workers" in str(error)
+
+
+def test_missing_credentials_say_how_to_provide_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("PUBSUB_EMULATOR_HOST", raising=False)
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))  # no gcloud login to fall back on
+    monkeypatch.setenv("NO_GCE_CHECK", "True")  # not on GCP: no metadata server
+    with pytest.raises(ConfigurationError, match="application-default login"):
+        connect("pubsub://some-project")
