@@ -10,6 +10,7 @@ import math
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,7 @@ from pullqueue.errors import (
     TransientError,
 )
 from pullqueue.migrate.dryrun import dry_run
-from pullqueue.migrate.journal import IN_DOUBT, WRITTEN, CrashedRun, HeldLease, Journal
+from pullqueue.migrate.journal import WRITTEN, CrashedRun, HeldLease, Journal
 from pullqueue.migrate.pipeline import Pipeline
 from pullqueue.migrate.remaining import account_remaining
 from pullqueue.migrate.report import MigrationReport
@@ -73,7 +74,6 @@ class _Batch:
     tasks: list[Task]
     leased: bool
     number: int
-    known: dict[str, int]
 
 
 def drain(
@@ -198,6 +198,11 @@ class _Drain:
         self._moved = 0
         self._hold_until = 0.0
         self._dest_failures = 0
+        self._recent: deque[set[str]] = deque(maxlen=PIPELINE_DEPTH)
+        """Names the last batches moved: a batch in flight with them may hold them again."""
+        self._doubt: set[str] = set()
+        """Without a journal: names whose last send had no known outcome (as the journal's)."""
+        self._doubt_lock = threading.Lock()
         self._empty = Backoff(0.05, 1.0)
         self._errors = Backoff(0.1, 10.0)
 
@@ -217,11 +222,15 @@ class _Drain:
             return self.report
         if self.journal is not None:
             self._resume(*self.journal.start_run(self.lease_seconds, self.source.backend.now()))
+            own, earlier = self.journal.possible_duplicates()
+            self.report.possible_duplicates = own + earlier
+            self.report.possible_duplicates_from_killed_runs = earlier
         self._sender = Sender(
             self.dest,
             threads=self.write_threads,
             retry_seconds=self.lease_seconds / 2,
             stop=self.stop,
+            uncertain=self._uncertain,
         )
         self._pipeline: Pipeline[_Batch] = Pipeline(
             self._complete, self._abandon, depth=PIPELINE_DEPTH
@@ -389,10 +398,10 @@ class _Drain:
                 "the source returned a task without a name; it stays in the source"
             )
         if self.journal is None:
-            return _Batch(named, leased, 0, {})
+            return _Batch(named, leased, 0)
         record = self.journal.record_leases if leased else self.journal.record_listed
-        known = record(named)
-        return _Batch(named, leased, self.journal.batch, known)
+        record(named)
+        return _Batch(named, leased, self.journal.batch)
 
     # --- writing (the pipeline's thread) -------------------------------------------------
 
@@ -401,32 +410,71 @@ class _Drain:
 
         A batch whose lease ran out while it waited for the writer is handed back untouched:
         someone else may hold its tasks by now (the lease must cover writing a batch).
+        What is already in the destination is decided now, not when the batch was leased:
+        batches are written in order, so every earlier batch has settled by now. That matters
+        when a batch's lease ran out while it was being written and the next lease call got
+        some of its tasks again: those are not sent twice, only deleted (by the new lease).
         """
         if batch.leased and self._lease_ran_out(batch.tasks):
             self._abandon(batch, None)
             return
-        known = batch.known
-        already = [task for task in batch.tasks if known.get(task.name or "") == WRITTEN]
-        to_send = [task for task in batch.tasks if known.get(task.name or "") != WRITTEN]
-        in_doubt = {name for name, state in known.items() if state == IN_DOUBT}
+        names = [task.name or "" for task in batch.tasks]
+        known = self.journal.states(names) if self.journal is not None else {}
+        recent = set().union(*self._recent)
+        already: list[Task] = []  # confirmed earlier, still in the source: delete only
+        again: list[Task] = []  # moved by a batch of this run just now, leased once more
+        to_send: list[Task] = []
+        for task, name in zip(batch.tasks, names, strict=True):
+            if known.get(name) == WRITTEN or name in self._undeleted:
+                already.append(task)
+            elif name in recent:
+                again.append(task)
+            else:
+                to_send.append(task)
         if self.journal is not None and to_send:
             self.journal.sending(batch.number)
-        sent = self._sender.send(to_send, keep_eta=not batch.leased, in_doubt=in_doubt)
+        sent = self._sender.send(to_send, keep_eta=not batch.leased)
         done = sent.confirmed + sent.duplicates
-        if self.journal is not None:
-            self.journal.mark_written(batch.number, [task.name for task in done if task.name])
+        possible = sent.possible_duplicates + self._record_written(
+            batch, [t.name or "" for t in sent.confirmed], [t.name or "" for t in sent.duplicates]
+        )
+        self._recent.append({task.name or "" for task in done})
         self.report.written += len(sent.confirmed)
         self.report.skipped_duplicates += len(sent.duplicates)
-        self.report.possible_duplicates += sent.resent_in_doubt
+        self.report.possible_duplicates += possible
         self.report.already_written += len(already)
         for task in done:
             if task.name in self._failed:
                 del self._failed[task.name]
                 self._held.pop(task.name, None)
         deleted = self._delete(already + done, leased=batch.leased)
+        deleted += self._delete(again, leased=batch.leased, count=False)
         self._moved += len(already) + len(done)
         self._settle_unmoved(sent, batch, deleted)
         self._notify()
+
+    def _uncertain(self, names: list[str]) -> int:
+        """A send of these tasks ended without a known outcome (from the sender's threads);
+        return the possible duplicates that adds (the journal's rule, see journal.py)."""
+        if self.journal is not None:
+            return self.journal.mark_in_doubt(names)
+        with self._doubt_lock:
+            repeats = sum(1 for name in names if name in self._doubt)
+            self._doubt.update(names)
+        return repeats
+
+    def _record_written(self, batch: _Batch, confirmed: list[str], duplicates: list[str]) -> int:
+        """Record what the destination confirmed; return the possible duplicates that adds
+        (new copies of names in doubt)."""
+        if self.journal is not None:
+            return self.journal.mark_written(batch.number, confirmed, duplicates)
+        with self._doubt_lock:
+            if not self._doubt:
+                return 0
+            possible = sum(1 for name in confirmed if name in self._doubt)
+            self._doubt.difference_update(confirmed)
+            self._doubt.difference_update(duplicates)
+        return possible
 
     def _settle_unmoved(self, sent: Sent, batch: _Batch, deleted: list[str]) -> None:
         """Failed tasks are held until the end; unsent ones are handed back at once."""
@@ -440,9 +488,6 @@ class _Drain:
         if self.journal is not None:
             if batch.leased:
                 self.journal.hold_failed([task for task, _ in sent.failed])
-            self.journal.mark_in_doubt(
-                [t.name for t in sent.unsent if t.name and t.name in sent.uncertain]
-            )
             self.journal.settled(batch.number, deleted)
         if sent.error is not None and sent.fatal:
             raise _Stop(sent.error)
@@ -480,9 +525,9 @@ class _Drain:
                 continue
         return count
 
-    def _delete(self, tasks: list[Task], *, leased: bool) -> list[str]:
+    def _delete(self, tasks: list[Task], *, leased: bool, count: bool = True) -> list[str]:
         """Delete confirmed tasks from the source (leased ones by lease, listed ones by name);
-        return the names deleted.
+        return the names deleted. `count` False: tasks this run already counted as moved.
 
         A task whose lease ended first (Pub/Sub refuses that delete) stays in the source as
         written; it comes back to a later lease, and the journal has it deleted then.
@@ -507,23 +552,25 @@ class _Drain:
                     break
                 time.sleep(backoff.next())
             except Error as exc:
-                self._count_deleted(items, [task for task in pending if not task.was_deleted])
+                unsure = [task for task in pending if not task.was_deleted]
+                self._count_deleted(items, unsure, count=count)
                 raise _Stop(exc) from exc
-        return self._count_deleted(items, stuck)
+        return self._count_deleted(items, stuck, count=count)
 
-    def _count_deleted(self, items: list[Task], stuck: list[Task]) -> list[str]:
+    def _count_deleted(self, items: list[Task], stuck: list[Task], *, count: bool) -> list[str]:
         stuck_names = [task.name for task in stuck if task.name]
         if self.journal is not None:
             self.journal.mark_undeleted(stuck_names)
         deleted: list[str] = []
         for item in items:
             if item.was_deleted:
-                self.report.deleted += 1
+                if count:
+                    self.report.deleted += 1
                 self._undeleted.discard(item.name or "")
                 deleted.append(item.name or "")
             elif item.name in stuck_names:
                 self._undeleted.add(item.name or "")
-            else:
+            elif count:
                 self.report.gone_from_source += 1
         return deleted
 

@@ -1,8 +1,8 @@
 """The migration journal: a SQLite file recording each batch in flight and what became of it.
 
 A rerun after a crash reads it to delete, without sending them again, the tasks the destination
-had confirmed; to hand back the leases the dead run held; and to know which re-sent tasks might
-be duplicates.
+had confirmed; to hand back the leases the dead run held; and to count, across every run, the
+sends whose outcome is unknown, so the report bounds the duplicates even when several runs died.
 """
 
 from __future__ import annotations
@@ -28,6 +28,12 @@ IN_DOUBT = 2
 """Being written when a run crashed (or after an add whose outcome was unknown): the destination
 may or may not have it, so sending it again may make a duplicate."""
 
+_RUN_COLUMNS = {
+    "possible_duplicates": "INTEGER NOT NULL DEFAULT 0",
+    "reported_by": "INTEGER",
+}
+"""Columns of `runs` added after the first journals were written: added on open if missing."""
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
@@ -39,7 +45,9 @@ CREATE TABLE IF NOT EXISTS runs (
     lease_calls_recorded INTEGER NOT NULL DEFAULT 0,
     holds_until REAL NOT NULL DEFAULT 0,
     written INTEGER NOT NULL DEFAULT 0,
-    report TEXT
+    report TEXT,
+    possible_duplicates INTEGER NOT NULL DEFAULT 0,
+    reported_by INTEGER
 );
 CREATE TABLE IF NOT EXISTS batches (
     run INTEGER NOT NULL,
@@ -58,12 +66,22 @@ CREATE TABLE IF NOT EXISTS held (
     lease_expires REAL
 ) WITHOUT ROWID;
 """
-"""batches: one row per batch in flight (its names and lease tokens; marked when its writing
+"""runs: one row per run; possible_duplicates is what the run counted (kept as it counts, so a
+killed run's count survives it), reported_by the finished run whose report included it.
+batches: one row per batch in flight (its names and lease tokens; marked when its writing
 starts; the names the destination confirmed), deleted once the batch is settled. doubt: names
 whose send had no known outcome. undeleted: names written whose source delete failed. held:
 leases a run keeps, until it ends, on tasks the destination refused. Each of these names is of
 a task still in the source (or about to leave it), so a name is never confused with a later
-task that reuses it after the legacy tombstone expired."""
+task that reuses it after the legacy tombstone expired.
+
+Possible duplicates, counted by construction: a send with no known outcome (a batch being
+written when its run was killed, an add that failed without saying what it stored) may leave a
+copy. The first such send of a name puts it in `doubt`; each further one (the name is already
+there) counts one possible duplicate at once; a later send the destination confirms as a new
+copy counts one more and clears the doubt (a copy the destination drops by name clears it
+without counting). So a task is counted once per unknown send once it is confirmed, and one
+less before that, which bounds its extra copies either way, however many runs died."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +132,7 @@ class Journal:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            self._upgrade()
             self._check_identity()
             self._load()
         except sqlite3.DatabaseError as exc:
@@ -161,6 +180,13 @@ class Journal:
         with self._mutex:
             self._db.execute(sql, args)
 
+    def _upgrade(self) -> None:
+        """Add the columns a journal written by an earlier version lacks."""
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
+        for column, kind in _RUN_COLUMNS.items():
+            if column not in have:
+                self._db.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
+
     def _check_identity(self) -> None:
         wanted = {"source": self.source, "destination": self.destination}
         with self._transaction() as db:
@@ -189,7 +215,8 @@ class Journal:
     ) -> tuple[list[CrashedRun], list[HeldLease]]:
         """Begin a run. Return the earlier runs that crashed and the leases they may still
         hold at `now` (source clock). Of the tasks they were writing when killed, those the
-        destination confirmed are to be deleted only, the others are now in doubt."""
+        destination confirmed are to be deleted only, the others are now in doubt (each one
+        already in doubt from an earlier unknown send counts a possible duplicate of this run)."""
         with self._transaction() as db:
             crashed = [
                 CrashedRun(run, holds_until, bool(recorded))
@@ -204,19 +231,18 @@ class Journal:
                     "SELECT name, lease_token, lease_expires FROM held"
                 )
             ]
-            doubt: list[str] = []
-            written: list[str] = []
-            for tasks, sending, confirmed in db.execute(
-                "SELECT tasks, sending, written FROM batches"
-            ):
-                done = set(json.loads(confirmed or "[]"))
-                written += done
+            rows = db.execute("SELECT tasks, sending, written FROM batches").fetchall()
+            written = set(self._written)
+            for _, _, confirmed in rows:
+                written.update(json.loads(confirmed or "[]"))
+            doubt: dict[str, None] = {}  # in order, once each: one unknown send per name
+            for tasks, sending, _ in rows:
                 for name, token, expires in json.loads(tasks):
-                    if sending and name not in done:
-                        doubt.append(name)
+                    if sending and name not in written:
+                        doubt[name] = None  # it may have reached the destination
                     if token is not None:
                         held.append(HeldLease(name, token, expires))
-            db.executemany("INSERT OR IGNORE INTO doubt VALUES (?)", [(n,) for n in doubt])
+            self._written = written
             db.executemany("INSERT OR IGNORE INTO undeleted VALUES (?)", [(n,) for n in written])
             db.execute("DELETE FROM batches")
             db.execute("DELETE FROM held")
@@ -226,8 +252,7 @@ class Journal:
                 (time.time(), lease_seconds),
             )
             self.run = cursor.lastrowid
-            self._doubt.update(doubt)
-            self._written.update(written)
+            self._add_doubt(db, list(doubt))
         self.batch = 0
         live = [lease for lease in held if lease.lease_expires is None or lease.lease_expires > now]
         return crashed, live
@@ -235,8 +260,15 @@ class Journal:
     def finish_run(self, report: dict[str, object], *, source_empty: bool = False) -> None:
         """Mark the run finished (so a later run does not treat it as crashed); the failed
         tasks it held are back in the source by now. With `source_empty` (the drain left
-        nothing behind) no name recorded as written or in doubt can be in the source any more."""
+        nothing behind) no name recorded as written or in doubt can be in the source any more.
+        The report includes the possible duplicates of the killed runs before it
+        (possible_duplicates()): they are marked reported, so no later report counts them."""
         with self._transaction() as db:
+            db.execute(
+                "UPDATE runs SET reported_by = ? WHERE reported_by IS NULL"
+                " AND (id = ? OR finished_at = -1)",
+                (self.run, self.run),
+            )
             if source_empty:
                 db.execute("DELETE FROM undeleted")
                 db.execute("DELETE FROM doubt")
@@ -263,17 +295,18 @@ class Journal:
         )
         return self.batch
 
-    def record_leases(self, tasks: Sequence[Task]) -> dict[str, int]:
-        """Record what the last lease call returned (maybe nothing), with the lease tokens;
-        return the state (WRITTEN, IN_DOUBT) of the tasks the journal knew."""
-        return self._record(tasks, self.batch, leased=True)
+    def record_leases(self, tasks: Sequence[Task]) -> None:
+        """Record what the last lease call returned (maybe nothing), with the lease tokens.
+        What the journal knows of these names is read when the batch is written (states()),
+        not now: a batch still being written may settle some of them first."""
+        self._record(tasks, self.batch, leased=True)
 
-    def record_listed(self, tasks: Sequence[Task]) -> dict[str, int]:
+    def record_listed(self, tasks: Sequence[Task]) -> None:
         """Record tasks about to be copied from a listing (not leased); as record_leases."""
         self.batch += 1
-        return self._record(tasks, self.batch, leased=False)
+        self._record(tasks, self.batch, leased=False)
 
-    def _record(self, tasks: Sequence[Task], batch: int, *, leased: bool) -> dict[str, int]:
+    def _record(self, tasks: Sequence[Task], batch: int, *, leased: bool) -> None:
         rows = [
             (task.name, task.lease_token, task.eta_posix) if leased else (task.name, None, None)
             for task in tasks
@@ -290,14 +323,6 @@ class Journal:
                     "UPDATE runs SET lease_calls_recorded = lease_calls_recorded + 1 WHERE id = ?",
                     (self.run,),
                 )
-            known: dict[str, int] = {}
-            if self._written or self._doubt:
-                for name, _, _ in rows:
-                    if name in self._written:
-                        known[name] = WRITTEN
-                    elif name in self._doubt:
-                        known[name] = IN_DOUBT
-        return known
 
     def sending(self, batch: int) -> None:
         """Writing `batch` to the destination starts: from now on a crash leaves it in doubt."""
@@ -305,18 +330,29 @@ class Journal:
             "UPDATE batches SET sending = 1 WHERE run = ? AND batch = ?", (self.run, batch)
         )
 
-    def mark_written(self, batch: int, names: Sequence[str]) -> None:
-        """Record that the destination confirmed (or already had) these tasks of `batch`."""
+    def mark_written(
+        self, batch: int, confirmed: Sequence[str], duplicates: Sequence[str] = ()
+    ) -> int:
+        """Record that the destination confirmed these tasks of `batch` as new copies, or
+        already had them (`duplicates`, dropped there by name). Return the possible duplicates
+        this adds: the new copies of names in doubt (an earlier send may have left one)."""
+        names = [*confirmed, *duplicates]
         if not names:
-            return
+            return 0
         with self._transaction() as db:
+            possible = sum(1 for name in confirmed if name in self._doubt)
             db.execute(
                 "UPDATE batches SET written = ? WHERE run = ? AND batch = ?",
-                (json.dumps(list(names)), self.run, batch),
+                (json.dumps(names), self.run, batch),
             )
-            db.execute("UPDATE runs SET written = written + ? WHERE id = ?", (len(names), self.run))
+            db.execute(
+                "UPDATE runs SET written = written + ?,"
+                " possible_duplicates = possible_duplicates + ? WHERE id = ?",
+                (len(names), possible, self.run),
+            )
             self._forget(db, "doubt", self._doubt, names)
             self._forget(db, "held", self._held, names)
+        return possible
 
     def settled(self, batch: int, deleted: Iterable[str] = ()) -> None:
         """Every task of batches up to `batch` is deleted from the source, handed back, held
@@ -335,12 +371,27 @@ class Journal:
 
     # --- outcomes ------------------------------------------------------------------------
 
-    def mark_in_doubt(self, names: Sequence[str]) -> None:
-        """Record that an add of these tasks ended without a known outcome."""
-        if names:
-            with self._transaction() as db:
-                db.executemany("INSERT OR IGNORE INTO doubt VALUES (?)", [(n,) for n in names])
-                self._doubt.update(names)
+    def mark_in_doubt(self, names: Sequence[str]) -> int:
+        """Record that an add of these tasks ended without a known outcome (each may have left
+        a copy). Return the possible duplicates this adds: the names already in doubt."""
+        if not names:
+            return 0
+        with self._transaction() as db:
+            return self._add_doubt(db, names)
+
+    def _add_doubt(self, db: sqlite3.Connection, names: Sequence[str]) -> int:
+        """One more unknown send of each name: a name already in doubt counts one possible
+        duplicate of this run (kept in its row at once, so a kill does not lose it)."""
+        repeats = sum(1 for name in names if name in self._doubt)
+        new = [(name,) for name in names if name not in self._doubt]
+        db.executemany("INSERT OR IGNORE INTO doubt VALUES (?)", new)
+        if repeats:
+            db.execute(
+                "UPDATE runs SET possible_duplicates = possible_duplicates + ? WHERE id = ?",
+                (repeats, self.run),
+            )
+        self._doubt.update(name for (name,) in new)
+        return repeats
 
     def mark_undeleted(self, names: Sequence[str]) -> None:
         """Record written tasks whose source delete failed: a later run deletes them only."""
@@ -365,12 +416,26 @@ class Journal:
         """The state of each name the journal holds (as a rerun would find it)."""
         with self._mutex:
             known: dict[str, int] = {}
+            if not self._written and not self._doubt:
+                return known
             for name in names:
                 if name in self._written:
                     known[name] = WRITTEN
                 elif name in self._doubt:
                     known[name] = IN_DOUBT
         return known
+
+    def possible_duplicates(self) -> tuple[int, int]:
+        """(this run's count so far, the count of earlier runs killed before they reported):
+        the possible duplicates this run's report gives are their sum."""
+        with self._mutex:
+            own, earlier = self._db.execute(
+                "SELECT coalesce(sum(CASE WHEN id = ? THEN possible_duplicates END), 0),"
+                " coalesce(sum(CASE WHEN id != ? THEN possible_duplicates END), 0)"
+                " FROM runs WHERE reported_by IS NULL",
+                (self.run, self.run),
+            ).fetchone()
+        return int(own), int(earlier)
 
     def written_count(self) -> int:
         """How many tasks the destination has confirmed over every run of this journal."""

@@ -82,9 +82,14 @@ class MigrationReport:
     skipped_duplicates: int = 0
     """Tasks the destination already had under the same name: dropped there, not a failure."""
     possible_duplicates: int = 0
-    """Tasks re-sent whose earlier send had no known outcome (a crash between the destination's
-    confirmation and the journal write, or an add that failed midway); the destination could not
-    tell, so each may now be there twice, under the same task_name."""
+    """Extra copies the destination may hold, an upper bound: a send with no known outcome (a
+    batch being written when a run was killed, or an add that failed midway) may have left a
+    copy, counted once the task is sent again (same task_name: the destination cannot tell the
+    copies apart). It includes the counts of earlier runs of the journal killed before they
+    could report (see the next field); docs/migration.md, "The duplicate window"."""
+    possible_duplicates_from_killed_runs: int = 0
+    """The part of possible_duplicates counted by earlier runs that were killed (their count
+    is kept in the journal and given by the next run that finishes, and by no later one)."""
     deleted: int = 0
     """Tasks deleted from the source after the destination confirmed them."""
     gone_from_source: int = 0
@@ -160,7 +165,12 @@ class MigrationReport:
                 f"  already written   {self.already_written}  (earlier run, not re-sent)",
                 f"  skipped as dup.   {self.skipped_duplicates}  (destination had the name)",
                 f"  possible dup.     {self.possible_duplicates}  (re-sent after an unknown"
-                " outcome)",
+                " outcome"
+                + (
+                    f"; {self.possible_duplicates_from_killed_runs} counted by killed runs)"
+                    if self.possible_duplicates_from_killed_runs
+                    else ")"
+                ),
                 f"  gone from source  {self.gone_from_source}",
                 f"  released          {self.released + self.released_from_crashed_run}",
                 f"  still waiting     {self.still_waiting}",

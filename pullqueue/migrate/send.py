@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -33,10 +33,8 @@ class Sent:
     """Refused for good (the error names the task)."""
     unsent: list[Task] = field(default_factory=list)
     """Not confirmed: retries ran out, the drain is stopping, or a fatal error."""
-    uncertain: set[str] = field(default_factory=set)
-    """Names whose add ended without a known outcome (they may be in the destination)."""
-    resent_in_doubt: int = 0
-    """Confirmed tasks whose earlier send had no known outcome: possible duplicates."""
+    possible_duplicates: int = 0
+    """What the `uncertain` callback counted for the adds that ended without a known outcome."""
     error: BaseException | None = None
     fatal: bool = False
     """The error stops the drain (permission, missing topic, not a pullqueue error)."""
@@ -46,8 +44,7 @@ class Sent:
         self.duplicates += other.duplicates
         self.failed += other.failed
         self.unsent += other.unsent
-        self.uncertain |= other.uncertain
-        self.resent_in_doubt += other.resent_in_doubt
+        self.possible_duplicates += other.possible_duplicates
         if other.error is not None and (self.error is None or other.fatal):
             self.error = other.error
         self.fatal = self.fatal or other.fatal
@@ -70,32 +67,44 @@ def copy_task(task: Task, keep_eta: bool) -> Task:
 
 
 class Sender:
-    """Adds tasks to the destination queue, `threads` adds at a time."""
+    """Adds tasks to the destination queue, `threads` adds at a time.
+
+    `uncertain(names)` is called, from the adding thread, each time an add ends without a known
+    outcome for those tasks (each may have left a copy), before any retry; it returns the
+    possible duplicates that makes (the drain records them in the journal at once).
+    """
 
     def __init__(
-        self, dest: Queue, *, threads: int, retry_seconds: float, stop: threading.Event
+        self,
+        dest: Queue,
+        *,
+        threads: int,
+        retry_seconds: float,
+        stop: threading.Event,
+        uncertain: Callable[[list[str]], int],
     ) -> None:
         self.dest = dest
         self.retry_seconds = retry_seconds
         self.stop = stop
+        self.uncertain = uncertain
         self._pool = (
             ThreadPoolExecutor(threads, thread_name_prefix="migrate-add") if threads > 1 else None
         )
 
-    def send(self, tasks: list[Task], *, keep_eta: bool, in_doubt: set[str]) -> Sent:
-        """Write copies of tasks; names in `in_doubt` count as possible duplicates if sent."""
+    def send(self, tasks: list[Task], *, keep_eta: bool) -> Sent:
+        """Write copies of tasks (with their ETA if `keep_eta`); say what became of each."""
         step = limits.MAX_TASKS_PER_ADD
         chunks = [tasks[i : i + step] for i in range(0, len(tasks), step)]
         total = Sent()
         if self._pool is None or len(chunks) <= 1:
-            results: Iterable[Sent] = (self._send_chunk(c, keep_eta, in_doubt) for c in chunks)
+            results: Iterable[Sent] = (self._send_chunk(c, keep_eta) for c in chunks)
         else:
-            results = self._pool.map(lambda c: self._send_chunk(c, keep_eta, in_doubt), chunks)
+            results = self._pool.map(lambda c: self._send_chunk(c, keep_eta), chunks)
         for result in results:
             total.merge(result)
         return total
 
-    def _send_chunk(self, chunk: list[Task], keep_eta: bool, in_doubt: set[str]) -> Sent:
+    def _send_chunk(self, chunk: list[Task], keep_eta: bool) -> Sent:
         """Add up to 100 tasks, retrying transient failures for retry_seconds at most.
 
         `Queue.add` raises one error after adding what it could; `was_added` on each copy says
@@ -117,8 +126,6 @@ class Sender:
             for task, copy in zip(pending, copies, strict=True):
                 if copy.was_added:
                     sent.confirmed.append(task)
-                    if task.name in in_doubt or task.name in sent.uncertain:
-                        sent.resent_in_doubt += 1
                 else:
                     still.append(task)
             if error is None or not still:
@@ -132,7 +139,7 @@ class Sender:
                     sent.failed.append((bad[0], error))
                     pending = [task for task in still if task is not bad[0]]
                     continue
-            sent.uncertain.update(task.name for task in still if task.name)
+            sent.possible_duplicates += self.uncertain([t.name for t in still if t.name])
             if not isinstance(error, TransientError):
                 sent.unsent += still
                 sent.error, sent.fatal = error, True

@@ -67,6 +67,29 @@ class Hooked:
         self.inner.close()
 
 
+class EveryCopy(Hooked):
+    """A destination that keeps every copy it is given, as Pub/Sub does without a name
+    registry: a task sent twice is there twice. `copies` counts them by name."""
+
+    def __init__(self, **hooks: Hook) -> None:
+        super().__init__(MemoryBackend(), **hooks)
+        self.copies: Counter[str] = Counter()
+
+    def add(self, queue: str, tasks: Sequence[Task]) -> list[Error | None]:
+        def keep(queue: str, tasks: Sequence[Task]) -> list[Error | None]:
+            self.copies.update(task.name or "" for task in tasks)
+            return [None] * len(tasks)
+
+        self.calls["add"] += 1
+        hook = self.hooks.get("add")
+        result: list[Error | None] = hook(keep, queue, tasks) if hook else keep(queue, tasks)
+        return result
+
+    def duplicates(self) -> int:
+        """Copies beyond the first of each name."""
+        return sum(self.copies.values()) - len(self.copies)
+
+
 class HookedListing(Hooked):
     """As Hooked, and it lists tasks (as MemoryBackend does)."""
 

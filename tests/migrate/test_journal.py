@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -67,15 +68,14 @@ def test_a_killed_run_leaves_its_batch_in_doubt_and_its_leases_known(tmp_path: P
         ("f", "tok-f"),
     ]  # e's lease ended by now
     journal.lease_starting(holds_until=3000.0)
-    assert journal.record_leases([leased("d"), leased("c"), leased("z")]) == {
-        "d": IN_DOUBT,
-        "c": WRITTEN,
-    }
+    journal.record_leases([leased("d"), leased("c"), leased("z")])
+    assert journal.states("dcz") == {"d": IN_DOUBT, "c": WRITTEN}
     journal.sending(journal.batch)
-    journal.mark_written(journal.batch, ["d"])
+    assert journal.mark_written(journal.batch, ["d"]) == 1  # d may now be there twice
     journal.settled(journal.batch, deleted=["c", "d"])
     assert journal.states("cd") == {}  # gone from the source: nothing left to know
     assert journal.written_count() == 3
+    assert journal.possible_duplicates() == (1, 0)
     journal.close()
 
 
@@ -129,4 +129,63 @@ def test_failed_tasks_are_held_until_the_run_ends(tmp_path: Path) -> None:
     journal.close()
     journal = Journal(path, source="s", destination="d")
     assert journal.start_run(60, now=0.0) == ([], [])
+    journal.close()
+
+
+def test_possible_duplicates_outlive_killed_runs_until_one_run_reports_them(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j"
+
+    def killed_while_writing(journal: Journal, *names: str) -> None:
+        journal.lease_starting(holds_until=5.0)
+        journal.record_leases([leased(name) for name in names])
+        journal.sending(journal.batch)
+        journal.close()
+
+    journal = Journal(path, source="s", destination="d")
+    journal.start_run(60, now=0.0)
+    killed_while_writing(journal, "a", "b")  # window 1: a and b may be there
+    journal = Journal(path, source="s", destination="d")
+    journal.start_run(60, now=0.0)
+    assert journal.possible_duplicates() == (0, 0)  # in doubt only, nothing re-sent yet
+    journal.lease_starting(holds_until=5.0)
+    journal.record_leases([leased("a"), leased("b")])
+    journal.sending(journal.batch)
+    assert journal.mark_written(journal.batch, ["a"], ["b"]) == 1  # b was dropped by name
+    journal.settled(journal.batch, deleted=["a", "b"])
+    killed_while_writing(journal, "c", "d")  # window 2, in a run whose count was not reported
+    journal = Journal(path, source="s", destination="d")
+    journal.start_run(60, now=0.0)
+    assert journal.possible_duplicates() == (0, 1)
+    killed_while_writing(journal, "c")  # c sent a second time with no known outcome
+    journal = Journal(path, source="s", destination="d")
+    journal.start_run(60, now=0.0)
+    assert journal.possible_duplicates() == (1, 1)  # c's second unknown send counts at once
+    journal.lease_starting(holds_until=5.0)
+    journal.record_leases([leased("c"), leased("d")])
+    journal.sending(journal.batch)
+    assert journal.mark_written(journal.batch, ["c", "d"]) == 2
+    assert journal.possible_duplicates() == (3, 1)  # c up to 3 copies, d 2, a 2
+    journal.finish_run({})
+    journal.start_run(60, now=0.0)
+    assert journal.possible_duplicates() == (0, 0)  # reported once, by the run that finished
+    journal.close()
+
+
+def test_a_journal_of_an_earlier_version_gains_the_new_columns(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE runs (id INTEGER PRIMARY KEY, started_at REAL NOT NULL, finished_at REAL,"
+        " lease_seconds REAL NOT NULL, lease_calls INTEGER NOT NULL DEFAULT 0,"
+        " lease_calls_recorded INTEGER NOT NULL DEFAULT 0, holds_until REAL NOT NULL DEFAULT 0,"
+        " written INTEGER NOT NULL DEFAULT 0, report TEXT);"
+        " INSERT INTO runs (started_at, lease_seconds) VALUES (0, 60);"
+    )
+    db.commit()
+    db.close()
+    journal = Journal(path, source="s", destination="d")
+    (crashed,), _ = journal.start_run(60, now=0.0)
+    assert crashed.run == 1 and journal.possible_duplicates() == (0, 0)
     journal.close()

@@ -8,6 +8,8 @@ test_crash.py kill the real command at random moments.
 from __future__ import annotations
 
 import math
+import random
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,9 @@ import pytest
 
 from pullqueue import Queue, Task
 from pullqueue.adapters.memory import MemoryBackend
+from pullqueue.errors import TransientError
 from pullqueue.migrate import drain
-from tests.migrate.support import Crash, Hooked, HookedListing, contents, fill
+from tests.migrate.support import Crash, EveryCopy, Hooked, HookedListing, contents, fill
 
 FAST: dict[str, Any] = {"quiet_period": 0.05, "lease_rate": math.inf, "max_wait": 0.5}
 COUNT = 2500
@@ -26,10 +29,10 @@ COUNT = 2500
 class World:
     """A source and a destination that outlive the runs, on one shiftable clock."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, dest_backend: Hooked | None = None) -> None:
         self.shift = 0.0
         self.source_backend = HookedListing(MemoryBackend(clock=self.now))
-        self.dest_backend = Hooked(MemoryBackend(clock=self.now))
+        self.dest_backend = dest_backend or Hooked(MemoryBackend(clock=self.now))
         self.source = Queue("jobs", self.source_backend)
         self.dest = Queue("jobs", self.dest_backend)
         self.journal = tmp_path / "migrate.journal"
@@ -48,6 +51,16 @@ class World:
             self.run(**options)
         self.source_backend.hooks.clear()
         self.dest_backend.hooks.clear()
+
+    def run_or_crash(self, **options: Any) -> Any:
+        """Run; the report, or None if a hook crashed it (the hooks are cleared either way)."""
+        try:
+            return self.run(**options)
+        except Crash:
+            return None
+        finally:
+            self.source_backend.hooks.clear()
+            self.dest_backend.hooks.clear()
 
     def assert_complete(self) -> None:
         moved = contents(self.dest_backend.inner, "jobs")
@@ -179,3 +192,109 @@ def test_a_finished_run_is_not_treated_as_crashed(tmp_path: Path) -> None:
     second = world.run()
     assert second.released_from_crashed_run == 0
     assert second.written == 1 and second.possible_duplicates == 0
+
+
+def assert_bounded(world: World, dest: EveryCopy, *reports: Any) -> int:
+    """Every task arrived, none stayed, and the copies beyond one are within the possible
+    duplicates of the reports (of every run that finished); return how many there are."""
+    assert set(dest.copies) == {t.name for t in world.tasks}
+    assert world.source.stats().tasks == 0
+    assert reports[-1].ok
+    duplicates = dest.duplicates()
+    possible = sum(report.possible_duplicates for report in reports)
+    assert duplicates <= possible, (duplicates, possible)
+    return duplicates
+
+
+def test_the_last_report_counts_the_duplicate_window_of_every_killed_run(tmp_path: Path) -> None:
+    dest = EveryCopy()  # keeps every copy, as Pub/Sub without a name registry
+    world = World(tmp_path, dest)
+    dest.hooks["add"] = crash_after([3])  # killed writing its first batch: 300 copies made
+    world.crash()
+    dest.hooks["add"] = crash_after([20])  # the rerun is killed once its second batch is added
+    world.crash()
+
+    report = world.run()
+
+    duplicates = assert_bounded(world, dest, report)
+    assert duplicates >= 1300  # the 300 of the first window, the 1000 of the second
+    assert report.possible_duplicates <= 2000  # at most one batch per kill
+    assert 0 < report.possible_duplicates_from_killed_runs < report.possible_duplicates
+    assert world.run().possible_duplicates == 0  # counted in one report only
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_killed_again_and_again_among_unanswered_adds_the_report_bounds_the_duplicates(
+    tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    dest = EveryCopy()
+    world = World(tmp_path, dest)
+
+    def flaky(crash_at: int | None) -> Any:
+        calls = [0]
+
+        def add(real: Any, queue: str, tasks: list[Task]) -> Any:
+            calls[0] += 1
+            result = real(queue, tasks)  # the copies are made; the answer may not come back
+            if calls[0] == crash_at:
+                raise Crash
+            if rng.random() < 0.1:
+                raise TransientError("no answer", queue=queue)
+            return result
+
+        return add
+
+    reports = []  # of the runs that were not killed
+    for _ in range(rng.randint(1, 3)):
+        if rng.random() < 0.8:
+            dest.hooks["add"] = flaky(rng.randint(1, 25))
+        else:
+            world.source_backend.hooks["delete"] = crash_after([rng.randint(1, 2)])
+        if report := world.run_or_crash():
+            reports.append(report)
+    dest.hooks["add"] = flaky(None)
+
+    reports.append(world.run())
+
+    assert_bounded(world, dest, *reports)
+
+
+def test_a_batch_leased_again_while_it_is_written_is_not_sent_twice(tmp_path: Path) -> None:
+    """Its lease runs out mid-write and the next lease call gets its tasks again."""
+    dest = EveryCopy()
+    world = World(tmp_path, dest)
+    world.source.purge()
+    world.tasks = fill(world.source, 500, prefix="u")
+    expired, leased_again = threading.Event(), threading.Event()
+    adds = [0]
+
+    def slow_add(real: Any, queue: str, tasks: list[Task]) -> Any:
+        adds[0] += 1
+        if adds[0] == 1:
+            world.shift += 31  # the batch's 30 s lease runs out while it is being written
+            expired.set()
+            assert leased_again.wait(10)
+        return real(queue, tasks)
+
+    leases = [0]
+
+    def lease(real: Any, *args: Any, **kwargs: Any) -> Any:
+        leases[0] += 1
+        if leases[0] == 2:
+            assert expired.wait(10)
+            tasks = real(*args, **kwargs)
+            assert len(tasks) == 500  # the batch being written, all of it again
+            leased_again.set()
+            return tasks
+        return real(*args, **kwargs)
+
+    dest.hooks["add"] = slow_add
+    world.source_backend.hooks["lease"] = lease
+
+    report = world.run(batch_size=500, lease_seconds=30)
+
+    assert leased_again.is_set()
+    assert assert_bounded(world, dest, report) == 0
+    assert report.leased == 1000 and report.written == report.deleted == 500
+    assert report.possible_duplicates == report.gone_from_source == 0
