@@ -24,13 +24,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pullqueue.adapters.base import Backend
+from pullqueue.adapters.delegating import DelegatingBackend
 from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.compat import taskqueue
 from pullqueue.errors import ConfigurationError, Error, InvalidQueueNameError
 from pullqueue.migrate import MigrationReport, drain
 from pullqueue.queue import Queue
 from pullqueue.registry import connect
-from pullqueue.task import QueueStats, Task
+from pullqueue.task import Task
 from pullqueue.worker import Worker, WorkerStats
 
 DEFAULT_QUEUE = "pullqueue-demo"
@@ -100,12 +101,11 @@ class TagCounter:
             return len(self._seen)
 
 
-class Tally:
+class Tally(DelegatingBackend):
     """A destination backend as is, counting per tag the tasks it confirmed adding."""
 
     def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.url = inner.url
+        super().__init__(inner)
         self.confirmed: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -114,9 +114,6 @@ class Tally:
         with self._lock:
             return sum(self.confirmed.values())
 
-    def now(self) -> float:
-        return self.inner.now()
-
     def add(self, queue: str, tasks: Sequence[Task]) -> list[Error | None]:
         outcomes = self.inner.add(queue, tasks)
         with self._lock:
@@ -124,35 +121,6 @@ class Tally:
                 if outcome is None:
                     self.confirmed[task.tag or ""] += 1
         return outcomes
-
-    def lease(
-        self,
-        queue: str,
-        lease_seconds: float,
-        max_tasks: int,
-        *,
-        tag: str | None = None,
-        group_by_tag: bool = False,
-        deadline: float = 10.0,
-    ) -> list[Task]:
-        return self.inner.lease(
-            queue, lease_seconds, max_tasks, tag=tag, group_by_tag=group_by_tag, deadline=deadline
-        )
-
-    def modify_lease(self, queue: str, task: Task, lease_seconds: float) -> None:
-        self.inner.modify_lease(queue, task, lease_seconds)
-
-    def delete(self, queue: str, tasks: Sequence[Task]) -> list[bool]:
-        return self.inner.delete(queue, tasks)
-
-    def purge(self, queue: str) -> None:
-        self.inner.purge(queue)
-
-    def stats(self, queue: str) -> QueueStats:
-        return self.inner.stats(queue)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 @dataclass

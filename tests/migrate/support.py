@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pullqueue import Queue
+from pullqueue.adapters.delegating import DelegatingBackend
 from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.errors import Error
 from pullqueue.task import QueueStats, Task
@@ -23,12 +24,11 @@ class Crash(BaseException):
     """Stands for SIGKILL: raised by a hook, nothing in drain() catches it."""
 
 
-class Hooked:
+class Hooked(DelegatingBackend):
     """A backend that is a MemoryBackend, except for the calls given a hook. Not listing."""
 
     def __init__(self, inner: MemoryBackend | None = None, **hooks: Hook) -> None:
-        self.inner = inner or MemoryBackend()
-        self.url = "memory://"
+        super().__init__(inner or MemoryBackend())
         self.hooks: dict[str, Hook] = dict(hooks)
         self.calls: Counter[str] = Counter()
 
@@ -37,9 +37,6 @@ class Hooked:
         real = getattr(self.inner, op)
         hook = self.hooks.get(op)
         return hook(real, *args, **kwargs) if hook else real(*args, **kwargs)
-
-    def now(self) -> float:
-        return self.inner.now()
 
     def add(self, queue: str, tasks: Sequence[Task]) -> list[Error | None]:
         result: list[Error | None] = self._call("add", queue, tasks)
@@ -62,9 +59,6 @@ class Hooked:
     def stats(self, queue: str) -> QueueStats:
         result: QueueStats = self._call("stats", queue)
         return result
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 class EveryCopy(Hooked):

@@ -6,28 +6,22 @@ import threading
 import time
 from collections.abc import Sequence
 
+from pullqueue.adapters.delegating import DelegatingBackend
 from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.errors import Error
-from pullqueue.task import QueueStats, Task
+from pullqueue.task import Task
 
 
-class ScriptedBackend:
+class ScriptedBackend(DelegatingBackend):
     """Delegates to a MemoryBackend; lease/delete raise the queued errors first."""
 
     def __init__(self, inner: MemoryBackend | None = None) -> None:
-        self.inner = inner or MemoryBackend()
-        self.url = "scripted://"
+        super().__init__(inner or MemoryBackend(), url="scripted://")
         self.lease_errors: list[Error] = []
         self.delete_errors: list[Error] = []
         self.always_fail_delete: Error | None = None
         self.lease_times: list[float] = []
         self._lock = threading.Lock()
-
-    def now(self) -> float:
-        return self.inner.now()
-
-    def add(self, queue: str, tasks: Sequence[Task]) -> list[Error | None]:
-        return self.inner.add(queue, tasks)
 
     def lease(
         self,
@@ -48,21 +42,9 @@ class ScriptedBackend:
             queue, lease_seconds, max_tasks, tag=tag, group_by_tag=group_by_tag, deadline=deadline
         )
 
-    def modify_lease(self, queue: str, task: Task, lease_seconds: float) -> None:
-        self.inner.modify_lease(queue, task, lease_seconds)
-
     def delete(self, queue: str, tasks: Sequence[Task]) -> list[bool]:
         with self._lock:
             error = self.delete_errors.pop(0) if self.delete_errors else self.always_fail_delete
         if error is not None:
             raise error
         return self.inner.delete(queue, tasks)
-
-    def purge(self, queue: str) -> None:
-        self.inner.purge(queue)
-
-    def stats(self, queue: str) -> QueueStats:
-        return self.inner.stats(queue)
-
-    def close(self) -> None:
-        self.inner.close()
