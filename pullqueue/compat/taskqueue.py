@@ -434,11 +434,6 @@ class QueueStatistics:
             return NotImplemented
         return all(getattr(self, a) == getattr(other, a) for a in self._ATTRS)
 
-    def __ne__(self, other: object) -> bool:
-        if not isinstance(other, QueueStatistics):
-            return NotImplemented
-        return not self == other
-
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
