@@ -200,7 +200,7 @@ def test_stats_reports_tasks_and_leases(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_stats_rows_say_unknown_rather_than_guess() -> None:
-    from pullqueue.stats_command import stats_rows
+    from pullqueue.cli.stats import stats_rows
     from pullqueue.task import QueueStats
 
     exact = dict(stats_rows(QueueStats(queue="q", tasks=0, leased=0), now=1000.0))

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import click
 
+from pullqueue.cli.base import Command
 from pullqueue.errors import Error
 from pullqueue.plan import build_plan, parse_tag_options, read_queue_yaml, render
 
 
-@click.command("plan")
+@click.command("plan", cls=Command)
 @click.argument(
     "queue_yaml", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path)
 )

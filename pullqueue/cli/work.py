@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from pullqueue.cli.base import Command
 from pullqueue.errors import ConfigurationError, Error
 from pullqueue.queue import Queue
 from pullqueue.registry import connect, default_backend
@@ -25,6 +26,7 @@ EXIT_ABORTED = 130
 
 @click.command(
     "work",
+    cls=Command,
     epilog="""\b
 Examples:
   pullqueue work counters myservice.tasks:count --group-by-tag --batch 100

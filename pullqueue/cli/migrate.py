@@ -29,6 +29,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from pullqueue.cli.base import Command
 from pullqueue.errors import Error
 from pullqueue.migrate.drain import DEFAULT_LEASE_SECONDS, DEFAULT_QUIET_PERIOD, drain
 from pullqueue.migrate.report import MigrationReport
@@ -50,6 +51,7 @@ def default_journal_path(queue: str, source_url: str, dest_url: str, dest_queue:
 
 @click.command(
     "migrate",
+    cls=Command,
     epilog="""\b
 Examples:
   pullqueue migrate emails --from cloudtasks://my-app/us-central1 --to pubsub://my-app --dry-run

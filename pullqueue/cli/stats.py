@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from pullqueue.cli.base import Command
 from pullqueue.errors import ConfigurationError, Error
 from pullqueue.queue import Queue
 from pullqueue.registry import connect, default_backend
@@ -46,7 +47,7 @@ def stats_rows(stats: QueueStats, now: float) -> list[tuple[str, str]]:
     ]
 
 
-@click.command("stats")
+@click.command("stats", cls=Command)
 @click.argument("queue_name", metavar="QUEUE")
 @click.option(
     "--url",

@@ -1,0 +1,36 @@
+"""The `pullqueue` command: one group and one module per subcommand, all in this package.
+
+Each subcommand (demo, migrate, plan, stats, work) lives in its own module here and shares the
+options, error handling and exit codes of `pullqueue.cli.base`, so every command reads and fails
+the same way and a new one has an obvious home.
+"""
+
+from __future__ import annotations
+
+import click
+
+from pullqueue import __version__
+from pullqueue.cli.base import Group
+from pullqueue.cli.demo import demo
+from pullqueue.cli.migrate import migrate
+from pullqueue.cli.plan import plan
+from pullqueue.cli.stats import stats
+from pullqueue.cli.work import work
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="pullqueue")
+def cli() -> None:
+    """Move App Engine pull queues to Pub/Sub, and run workers on either."""
+
+
+cli.add_command(work)
+cli.add_command(demo)
+cli.add_command(stats)
+cli.add_command(plan)
+cli.add_command(migrate)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()
