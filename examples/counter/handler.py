@@ -1,6 +1,6 @@
 """The same worker with the loop left to `pullqueue work`: only the batch handler remains.
 
-    COUNTER_DB=counters.sqlite pullqueue work counter handler:count --group-by-tag --batch 1000
+    COUNTER_DB=counters.sqlite pullqueue work counter handler:count --group-by-tag --batch-size 1000
 
 pullqueue.worker leases by tag, keeps leases alive, deletes the batch when this returns and
 releases it when it raises, backs off, rate-limits and stops cleanly on SIGTERM.

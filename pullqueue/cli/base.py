@@ -7,6 +7,7 @@ only under `--debug`, so every command fails the same way.
 
 from __future__ import annotations
 
+import math
 import os
 import traceback
 from collections.abc import Callable
@@ -129,3 +130,87 @@ def url_option(help_text: str | None = None) -> Callable[[F], F]:
 def json_option(help_text: str = "Print one JSON object instead of a table.") -> Callable[[F], F]:
     """`--json`: machine-readable output on stdout, for scripts."""
     return click.option("--json", "as_json", is_flag=True, help=help_text)
+
+
+def _refuse_bool(
+    kind: click.FloatRange | click.IntRange, value: Any, param: click.Parameter | None, ctx: Any
+) -> None:
+    if isinstance(value, bool):
+        kind.fail(f"{value!r} is a boolean, not a number", param, ctx)
+
+
+class FiniteFloat(click.FloatRange):
+    """A finite number (seconds, a rate) within bounds: nan, inf and booleans are refused by the
+    parser, naming the flag, before the command starts."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        _refuse_bool(self, value, param, ctx)
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+class Count(click.IntRange):
+    """A whole number within bounds (tasks, threads, a port): booleans are refused too."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        _refuse_bool(self, value, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+class AliasedOption(click.Option):
+    """An option with old spellings kept working but left out of --help and error messages:
+    `@click.option("--batch-size", "--batch", cls=AliasedOption, aliases=["--batch"])`."""
+
+    def __init__(self, *args: Any, aliases: tuple[str, ...] | list[str] = (), **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.aliases = frozenset(aliases)
+
+    def _shown(self) -> list[str]:
+        return [opt for opt in self.opts if opt not in self.aliases]
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        opts = self.opts
+        self.opts = self._shown()
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = opts
+
+    def get_error_hint(self, ctx: click.Context | None) -> str:
+        return " / ".join(f"'{opt}'" for opt in self._shown())
+
+
+def batch_size_option(default: int, help_text: str) -> Callable[[F], F]:
+    """`--batch-size N` (old spelling `--batch`): tasks per lease call, 1 to 1000."""
+    return click.option(
+        "--batch-size",
+        "--batch",
+        "batch_size",
+        cls=AliasedOption,
+        aliases=["--batch"],
+        type=Count(1, 1000),
+        default=default,
+        show_default=True,
+        help=help_text,
+    )
+
+
+def lease_seconds_option(default: float, help_text: str) -> Callable[[F], F]:
+    """`--lease-seconds S` (old spelling `--lease`): a lease, above 0 and at most one week."""
+    return click.option(
+        "--lease-seconds",
+        "--lease",
+        "lease_seconds",
+        cls=AliasedOption,
+        aliases=["--lease"],
+        type=FiniteFloat(0, 604800, min_open=True),
+        default=default,
+        show_default=True,
+        help=help_text,
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 from rich.console import Console
 
-from pullqueue.cli.base import Command
+from pullqueue.cli.base import Command, Count, FiniteFloat, batch_size_option
 from pullqueue.demo import DEFAULT_QUEUE, DemoOptions, render, run_demo
 from pullqueue.errors import ConfigurationError, Error, InvalidQueueNameError
 
@@ -27,25 +27,25 @@ Examples:
 Exit status: 0 every count reconciles, 1 something does not (the table says what),
 2 bad usage.""",
 )
-@click.option("--tasks", type=click.IntRange(1, 1_000_000), default=3000, show_default=True)
-@click.option("--tags", type=click.IntRange(1, 1000), default=12, show_default=True)
+@click.option("--tasks", type=Count(1, 1_000_000), default=3000, show_default=True)
+@click.option("--tags", type=Count(1, 1000), default=12, show_default=True)
 @click.option(
     "--url",
     help="Destination backend [default: env PULLQUEUE_URL; else pubsub://pullqueue-demo on the"
     " emulator when PUBSUB_EMULATOR_HOST is set; else memory://].",
 )
 @click.option("--queue", "queue_name", default=DEFAULT_QUEUE, show_default=True)
-@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True)
-@click.option("--batch", type=click.IntRange(1, 1000), default=100, show_default=True)
-@click.option("--timeout", type=click.FloatRange(1), default=300.0, show_default=True)
-@click.option("--seed", type=int, help="Seed for tags and amounts (default: random).")
+@click.option("--concurrency", type=Count(1, 64), default=4, show_default=True)
+@batch_size_option(100, "Tasks per lease call of the demo's workers.")
+@click.option("--timeout", type=FiniteFloat(1), default=300.0, show_default=True)
+@click.option("--seed", type=Count(0), help="Seed for tags and amounts (default: random).")
 def demo(
     tasks: int,
     tags: int,
     url: str | None,
     queue_name: str,
     concurrency: int,
-    batch: int,
+    batch_size: int,
     timeout: float,
     seed: int | None,
 ) -> None:
@@ -62,7 +62,7 @@ def demo(
         tags=tags,
         queue=queue_name,
         concurrency=concurrency,
-        batch=batch,
+        batch=batch_size,
         timeout=timeout,
         seed=seed,
     )

@@ -29,7 +29,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from pullqueue.cli.base import Command
+from pullqueue.cli.base import Command, FiniteFloat, batch_size_option, lease_seconds_option
 from pullqueue.errors import Error
 from pullqueue.migrate.drain import DEFAULT_LEASE_SECONDS, DEFAULT_QUIET_PERIOD, drain
 from pullqueue.migrate.report import MigrationReport
@@ -92,35 +92,25 @@ second SIGINT cut it short (run it again to finish).""",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also write the report as JSON to this file.",
 )
-@click.option(
-    "--lease-seconds",
-    type=click.FloatRange(0, 604800, min_open=True),
-    default=DEFAULT_LEASE_SECONDS,
-    show_default=True,
-    help="Lease on each source batch; must cover writing it to the destination.",
+@lease_seconds_option(
+    DEFAULT_LEASE_SECONDS, "Lease on each source batch; must cover writing it to the destination."
 )
 @click.option(
     "--lease-rate",
-    type=click.FloatRange(0, min_open=True),
+    type=FiniteFloat(0, min_open=True),
     help="Source lease calls per second [default: PULLQUEUE_LEASE_REQUESTS_PER_SECOND, 10].",
 )
-@click.option(
-    "--batch-size",
-    type=click.IntRange(1, 1000),
-    default=1000,
-    show_default=True,
-    help="Tasks per source lease call.",
-)
+@batch_size_option(1000, "Tasks per source lease call.")
 @click.option(
     "--quiet-period",
-    type=click.FloatRange(0),
+    type=FiniteFloat(0),
     default=DEFAULT_QUIET_PERIOD,
     show_default=True,
     help="Seconds the source must stay empty before the drain ends (without --follow).",
 )
 @click.option(
     "--max-wait",
-    type=click.FloatRange(0),
+    type=FiniteFloat(0),
     help="Seconds the end may wait for tasks about to become available [default: the lease].",
 )
 @click.option(

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from pullqueue.cli.base import Command
+from pullqueue.cli.base import Command, Count, FiniteFloat, batch_size_option, lease_seconds_option
 from pullqueue.errors import ConfigurationError, Error
 from pullqueue.queue import Queue
 from pullqueue.registry import connect, default_backend
@@ -29,7 +29,7 @@ EXIT_ABORTED = 130
     cls=Command,
     epilog="""\b
 Examples:
-  pullqueue work counters myservice.tasks:count --group-by-tag --batch 100
+  pullqueue work counters myservice.tasks:count --group-by-tag --batch-size 100
   pullqueue work emails mail:send --concurrency 8 --url pubsub://my-project
   PULLQUEUE_URL=pubsub://my-project pullqueue work counters app:count --exit-when-idle 30
 
@@ -45,25 +45,13 @@ it (the message says what to fix), 2 bad usage, 130 a second signal cut it short
     is_flag=True,
     help="Lease batches of one tag: the tag of the oldest available task (lease_tasks_by_tag).",
 )
-@click.option(
-    "--batch",
-    "batch_size",
-    type=click.IntRange(1, 1000),
-    default=100,
-    show_default=True,
-    help="Tasks per lease call (legacy max_tasks, at most 1000).",
-)
-@click.option(
-    "--lease",
-    "lease_seconds",
-    type=click.FloatRange(0, 604800, min_open=True),
-    default=60.0,
-    show_default=True,
-    help="Lease seconds; kept alive while the handler runs, so a task is never handed out twice.",
+@batch_size_option(100, "Tasks per lease call (legacy max_tasks, at most 1000).")
+@lease_seconds_option(
+    60.0, "Lease seconds; kept alive while the handler runs, so a task is never handed out twice."
 )
 @click.option(
     "--concurrency",
-    type=click.IntRange(1, 1024),
+    type=Count(1, 1024),
     default=1,
     show_default=True,
     help="Handler calls running at once (threads).",
@@ -75,13 +63,13 @@ it (the message says what to fix), 2 bad usage, 130 a second signal cut it short
 )
 @click.option(
     "--exit-when-idle",
-    type=click.FloatRange(0),
+    type=FiniteFloat(0),
     metavar="SECONDS",
     help="Exit once the queue has been empty this long (default: run until signalled).",
 )
 @click.option(
     "--max-backoff",
-    type=click.FloatRange(0.1),
+    type=FiniteFloat(0.1),
     default=10.0,
     show_default=True,
     help="Longest wait (seconds) between lease attempts when the queue is empty or failing.",

@@ -80,7 +80,7 @@ def wait_for_done(cwd: Path, count: int, process: subprocess.Popen[str]) -> None
 
 
 def test_sigterm_mid_batch_finishes_running_tasks_and_releases_the_rest(jobs: Path) -> None:
-    worker = start_worker(jobs, "--batch", "50", "--concurrency", "2")
+    worker = start_worker(jobs, "--batch-size", "50", "--concurrency", "2")
     wait_for_done(jobs, 20, worker)
     worker.send_signal(signal.SIGTERM)
     _, log = worker.communicate(timeout=30)
@@ -100,7 +100,7 @@ def test_sigterm_mid_batch_finishes_running_tasks_and_releases_the_rest(jobs: Pa
 
 
 def test_a_second_signal_aborts_and_releases_the_running_task(jobs: Path) -> None:
-    worker = start_worker(jobs, "--batch", "5", sleep=60)
+    worker = start_worker(jobs, "--batch-size", "5", sleep=60)
     assert worker.stderr is not None
     for line in worker.stderr:
         if "event=leased" in line:

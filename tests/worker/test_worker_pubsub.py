@@ -150,7 +150,7 @@ def test_a_slow_handler_keeps_its_lease(backend: Backend) -> None:
     assert (worker.stats.processed, worker.stats.leases_lost) == (1, 0)
 
 
-WORK_OPTIONS = ["--batch", "50", "--concurrency", "2"]
+WORK_OPTIONS = ["--batch-size", "50", "--concurrency", "2"]
 HANDLER = """
 import os, time
 
