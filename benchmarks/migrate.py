@@ -35,7 +35,7 @@ from google.cloud import pubsub_v1
 from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.adapters.pubsub import PubSubBackend
-from pullqueue.adapters.pubsub_layout import QueueLayout
+from pullqueue.adapters.pubsub.layout import QueueLayout
 from pullqueue.migrate import MigrationReport, drain
 from tests.support.appengine_testbed import appengine_testbed
 from tests.support.emulators import start_emulator

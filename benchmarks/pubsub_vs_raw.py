@@ -34,7 +34,7 @@ from google.pubsub_v1 import SubscriberClient
 
 from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.pubsub import PubSubBackend
-from pullqueue.adapters.pubsub_layout import QueueLayout
+from pullqueue.adapters.pubsub.layout import QueueLayout
 from tests.support.emulators import start_emulator
 
 

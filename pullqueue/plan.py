@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from pullqueue.adapters.pubsub_layout import (
+from pullqueue.adapters.pubsub.layout import (
     DEAD_LETTER_TOPIC_FORMAT,
     DECLARED_TAG_RE,
     MAX_FILTER_BYTES,

@@ -19,7 +19,7 @@ from typing import Any
 import hcl2
 import pytest
 
-from pullqueue.adapters.pubsub_layout import QueueLayout
+from pullqueue.adapters.pubsub.layout import QueueLayout
 from pullqueue.config import Settings
 from pullqueue.errors import ConfigurationError
 from pullqueue.plan import MAX_DELIVERY_ATTEMPTS, build_plan, read_queue_yaml, render

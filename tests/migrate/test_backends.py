@@ -18,7 +18,7 @@ from google.pubsub_v1 import SubscriberClient
 from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.adapters.pubsub import PubSubBackend
-from pullqueue.adapters.pubsub_wire import parse_eta
+from pullqueue.adapters.pubsub.wire import parse_eta
 from pullqueue.errors import NotProvisionedError, UnknownQueueError
 from pullqueue.migrate import drain
 from pullqueue.migrate.report import iso

@@ -26,7 +26,7 @@ from pullqueue import (
     connect,
 )
 from pullqueue.adapters.pubsub import PubSubBackend
-from pullqueue.adapters.pubsub_errors import translate
+from pullqueue.adapters.pubsub.errors import translate
 from tests.pubsub.conftest import MakeBackend
 from tests.support.emulators import free_port
 

@@ -12,8 +12,8 @@ import random
 import time
 
 from pullqueue import Queue, Task
-from pullqueue.adapters.pubsub_layout import ATTR_ETA
-from pullqueue.adapters.pubsub_wire import format_eta, parse_eta
+from pullqueue.adapters.pubsub.layout import ATTR_ETA
+from pullqueue.adapters.pubsub.wire import format_eta, parse_eta
 from tests.pubsub.conftest import MakeBackend, raw_pull
 
 

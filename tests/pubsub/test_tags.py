@@ -11,7 +11,7 @@ from collections import Counter
 
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub import PubSubBackend
-from pullqueue.adapters.pubsub_layout import ATTR_TAG
+from pullqueue.adapters.pubsub.layout import ATTR_TAG
 from tests.pubsub.conftest import MakeBackend, raw_pull
 
 

@@ -1,4 +1,4 @@
-# The Pub/Sub ids and filters of every queue: the HCL twin of pullqueue/adapters/pubsub_layout.py,
+# The Pub/Sub ids and filters of every queue: the HCL twin of pullqueue/adapters/pubsub/layout.py,
 # which the adapter reads. tests/test_terraform_layout.py evaluates this file with Terraform and
 # checks every id and filter against QueueLayout, so keep the two in step.
 #

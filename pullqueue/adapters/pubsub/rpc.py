@@ -20,7 +20,7 @@ from google.protobuf import timestamp_pb2
 from google.pubsub_v1 import PublisherClient, SubscriberClient
 from google.pubsub_v1.types import pubsub as pubsub_types
 
-from pullqueue.adapters.pubsub_errors import (
+from pullqueue.adapters.pubsub.errors import (
     TRANSIENT_ACK_PREFIX,
     exactly_once_failures,
     translate,

@@ -1,4 +1,4 @@
-"""The Pub/Sub backend, `pubsub://PROJECT`: legacy pull-queue semantics on topics and subscriptions.
+"""The Pub/Sub backend class: legacy pull-queue semantics on one queue's topics and subscriptions.
 
 A lease is a pull plus an ack deadline, delete is an ack (exactly-once delivery reports a stale
 one), tags are served by filtered subscriptions or grouped here, and ETAs hide tasks until due;
@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import SplitResult
 
-from pullqueue.adapters.pubsub_keeper import LeaseKeeper
-from pullqueue.adapters.pubsub_layout import ATTR_ETA, QueueLayout
-from pullqueue.adapters.pubsub_leases import Lease, LeaseBook
-from pullqueue.adapters.pubsub_provision import Provisioner, QueueTopology
-from pullqueue.adapters.pubsub_rpc import MAX_ACK_DEADLINE, PARALLEL_PULLS, PubSubRpc
-from pullqueue.adapters.pubsub_wire import (
+from pullqueue.adapters.pubsub.keeper import LeaseKeeper
+from pullqueue.adapters.pubsub.layout import ATTR_ETA, QueueLayout
+from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
+from pullqueue.adapters.pubsub.provision import Provisioner, QueueTopology
+from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PARALLEL_PULLS, PubSubRpc
+from pullqueue.adapters.pubsub.wire import (
     Delivery,
     PubsubMessagePb,
     decode,

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pullqueue.adapters.pubsub_wire import Delivery
+from pullqueue.adapters.pubsub.wire import Delivery
 from pullqueue.task import Task
 
 RECENT_NAMES = 100_000

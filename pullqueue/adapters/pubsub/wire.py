@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from google.pubsub_v1.types import pubsub as pubsub_types
 
-from pullqueue.adapters.pubsub_layout import ATTR_ETA, ATTR_TAG, ATTR_TASK_NAME
+from pullqueue.adapters.pubsub.layout import ATTR_ETA, ATTR_TAG, ATTR_TASK_NAME
 from pullqueue.task import Task
 
 ATTR_RETRY_LIMIT = "retry_limit"

@@ -12,8 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from pullqueue.adapters.pubsub_leases import Lease, LeaseBook
-from pullqueue.adapters.pubsub_wire import Delivery
+from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
+from pullqueue.adapters.pubsub.wire import Delivery
 from pullqueue.errors import Error
 
 log = logging.getLogger(__name__)

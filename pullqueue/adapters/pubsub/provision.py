@@ -1,6 +1,6 @@
 """Finds, checks and (with auto_create) creates the topics and subscriptions of one queue.
 
-The ids and filters come from pubsub_layout, the same definition the Terraform module uses; a
+The ids and filters come from the layout module, the same definition the Terraform module uses; a
 subscription that exists with another filter or without exactly-once delivery is refused, since
 the adapter's guarantees rest on both.
 """
@@ -15,10 +15,10 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from pullqueue.adapters.pubsub_errors import PROVISION_HINT
-from pullqueue.adapters.pubsub_layout import QueueLayout, tag_filter
-from pullqueue.adapters.pubsub_rpc import PubSubRpc
-from pullqueue.adapters.pubsub_wire import SubscriptionRule
+from pullqueue.adapters.pubsub.errors import PROVISION_HINT
+from pullqueue.adapters.pubsub.layout import QueueLayout, tag_filter
+from pullqueue.adapters.pubsub.rpc import PubSubRpc
+from pullqueue.adapters.pubsub.wire import SubscriptionRule
 from pullqueue.config import Settings
 from pullqueue.errors import ConfigurationError, NotProvisionedError, PermissionDeniedError
 
