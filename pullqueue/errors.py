@@ -34,6 +34,15 @@ class TransientError(Error):
     """A temporary failure: back off and retry (UNAVAILABLE, DEADLINE_EXCEEDED, quota)."""
 
 
+class DeadlineExceededError(TransientError):
+    """The call did not finish within its deadline (the service or the network was too slow).
+
+    It is a TransientError, so pullqueue callers back off and retry as for any other; the
+    legacy-shaped layer raises it as `apiproxy_errors.DeadlineExceededError`, where the App
+    Engine API raised it.
+    """
+
+
 class InternalError(Error):
     """The backend failed in a way that is neither the caller's fault nor temporary."""
 
@@ -143,6 +152,7 @@ __all__ = [
     "BadTransactionStateError",
     "ConfigurationError",
     "DatastoreError",
+    "DeadlineExceededError",
     "DuplicateTaskNameError",
     "Error",
     "InternalError",

@@ -36,12 +36,20 @@ _SIZE_OVERHEAD_BOUND = 4096
 """More than any task's size adds to its payload (a valid tag, or the legacy SDK's headers)."""
 
 
+_checked_queue_names: set[str] = set()
+"""Queue names found legal (bounded): services build a Queue per request with few names."""
+
+
 def validate_queue_name(name: str) -> str:
     """Return name if it is a legal legacy queue name, else raise InvalidQueueNameError."""
+    if type(name) is str and name in _checked_queue_names:
+        return name
     if not isinstance(name, str) or not _QUEUE_NAME_RE.match(name):
         raise InvalidQueueNameError(
             f"queue name {name!r} must match {_QUEUE_NAME_RE.pattern}", queue=str(name)
         )
+    if len(_checked_queue_names) < 10_000:
+        _checked_queue_names.add(name)
     return name
 
 

@@ -7,6 +7,7 @@ when it is used; `register()` lets a user plug in their own scheme.
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,9 @@ _BUILTIN: dict[str, tuple[str, str]] = {
 _registered: dict[str, BackendFactory] = {}
 _plugins: set[str] = set()
 _defaults: dict[str, Backend] = {}
+_by_variable: dict[str | None, Backend] = {}
+"""Value of PULLQUEUE_URL (None when unset) -> the process-wide backend it selected."""
+_URL_VARIABLE = "PULLQUEUE_URL"
 _lock = threading.Lock()
 
 
@@ -90,12 +94,22 @@ def connect(url: str | None = None, **options: Any) -> Backend:
 
 
 def default_backend() -> Backend:
-    """The process-wide backend for the configured URL, created on first use."""
+    """The process-wide backend for the configured URL, created on first use.
+
+    Legacy workers build a Queue per request, so this is on their hot path: the backend is
+    looked up by the value of `PULLQUEUE_URL` as the environment holds it now (one dictionary
+    read), and Settings are parsed only the first time a value is seen.
+    """
+    key = os.environ.get(_URL_VARIABLE)
+    backend = _by_variable.get(key)
+    if backend is not None:
+        return backend
     url = Settings().url
     with _lock:
         if url not in _defaults:
             _defaults[url] = connect(url)
-        return _defaults[url]
+        backend = _by_variable[key] = _defaults[url]
+        return backend
 
 
 def reset_default_backends() -> None:
@@ -104,3 +118,4 @@ def reset_default_backends() -> None:
         for backend in _defaults.values():
             backend.close()
         _defaults.clear()
+        _by_variable.clear()

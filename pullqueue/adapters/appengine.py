@@ -21,6 +21,7 @@ from google.appengine.runtime import apiproxy_errors
 from pullqueue import errors
 from pullqueue.errors import (
     ConfigurationError,
+    DeadlineExceededError,
     Error,
     InternalError,
     TaskLeaseExpiredError,
@@ -53,6 +54,7 @@ _ADVICE: dict[type[Error], str] = {
     errors.UnknownQueueError: "declare it in queue.yaml with `mode: pull` and deploy queue.yaml",
     errors.InvalidQueueModeError: "the queue is a push queue; pull operations need `mode: pull`",
     errors.TransientError: "back off and retry",
+    errors.DeadlineExceededError: "back off and retry",
     errors.InternalError: "retry later; if it persists, check the App Engine status page",
     errors.TaskLeaseExpiredError: "the lease ended or another worker holds the task; lease again",
     errors.TaskAlreadyExistsError: "a task with this name is in the queue; choose another name",
@@ -76,7 +78,9 @@ def _error(cls: type[Error], detail: str, queue: str, task: str | None = None) -
 
 def translate(exc: BaseException, queue: str, task: str | None = None, action: str = "") -> Error:
     """The pullqueue error for an exception the bundled API raised (same names as the legacy)."""
-    if isinstance(exc, apiproxy_errors.DeadlineExceededError | apiproxy_errors.OverQuotaError):
+    if isinstance(exc, apiproxy_errors.DeadlineExceededError):
+        return _error(DeadlineExceededError, f"{type(exc).__name__}: {exc}", queue, task)
+    if isinstance(exc, apiproxy_errors.OverQuotaError):
         return _error(TransientError, f"{type(exc).__name__}: {exc}", queue, task)
     if isinstance(exc, apiproxy_errors.CapabilityDisabledError):
         return _error(TransientError, f"the taskqueue service is disabled now ({exc})", queue, task)

@@ -26,12 +26,12 @@ from pullqueue.adapters.cloudtasks_errors import legacy_code_of, status_of, tran
 from pullqueue.config import Settings
 from pullqueue.errors import (
     ConfigurationError,
+    DeadlineExceededError,
     Error,
     InvalidTaskError,
     TaskAlreadyExistsError,
     TaskLeaseExpiredError,
     TombstonedTaskError,
-    TransientError,
 )
 from pullqueue.ratelimit import shared_limiter
 from pullqueue.task import USEC, QueueStats, Task, to_usec
@@ -364,12 +364,12 @@ class CloudTasksBackend:
         return [self._as_task(queue, message, leased=True) for message in response.tasks]
 
     def _pace(self, queue: str, deadline: float, give_up_at: float) -> None:
-        """Wait for this queue's next lease slot, or raise TransientError past the deadline."""
+        """Wait for this queue's next lease slot (DeadlineExceededError if past the deadline)."""
         rate = self.lease_requests_per_second
         limiter = shared_limiter(f"cloudtasks-lease|{self.url}|{queue}", rate)
         while (delay := limiter.try_acquire()) > 0:
             if time.monotonic() + delay > give_up_at:
-                raise TransientError(
+                raise DeadlineExceededError(
                     f"lease requests are held to {rate:g}/s per queue (the service answers more"
                     f" with RESOURCE_EXHAUSTED); the next slot is {delay:.2f}s away, past the"
                     f" {deadline:g}s deadline; back off and retry",

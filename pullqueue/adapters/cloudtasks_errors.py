@@ -14,6 +14,7 @@ from google.auth import exceptions as auth_exceptions
 from google.protobuf import json_format
 
 from pullqueue.errors import (
+    DeadlineExceededError,
     Error,
     InternalError,
     InvalidEtaError,
@@ -75,6 +76,7 @@ _ADVICE: dict[type[Error], str] = {
     UnknownQueueError: "declare it as a pull queue (queue.yaml `mode: pull`) or check the URL's "
     "project and location",
     TransientError: "back off and retry",
+    DeadlineExceededError: "the call ran out of its deadline; back off and retry",
     InternalError: "retry later; if it persists, check the Cloud Tasks status page",
     TaskLeaseExpiredError: "the lease ended or another worker holds the task now; lease it again",
     TombstonedTaskError: "the name belonged to a deleted task; choose another name",
@@ -175,6 +177,8 @@ def translate(
 
 
 def _by_status(status: str, on_lease: bool) -> type[Error]:
+    if status == "DEADLINE_EXCEEDED":
+        return DeadlineExceededError
     if status in TRANSIENT_STATUSES:
         return TransientError
     if status in ("PERMISSION_DENIED", "UNAUTHENTICATED"):

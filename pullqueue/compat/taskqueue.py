@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from pullqueue import limits
 from pullqueue.adapters.base import Backend
+from pullqueue.compat import apiproxy_errors
 from pullqueue.errors import (
     BadTaskStateError,
     BadTransactionStateError,
@@ -43,8 +44,9 @@ from pullqueue.errors import (
     TransientError,
     UnknownQueueError,
 )
+from pullqueue.errors import DeadlineExceededError as _CoreDeadlineExceededError
 from pullqueue.queue import Queue as _CoreQueue
-from pullqueue.queue import validate_deadline, validate_task_name
+from pullqueue.queue import validate_deadline, validate_queue_name, validate_task_name
 from pullqueue.task import USEC
 from pullqueue.task import Task as _CoreTask
 
@@ -89,6 +91,25 @@ class _AppVersion:
 
 
 DEFAULT_APP_VERSION = _AppVersion("<DefaultApplicationVersion>")
+
+
+class _LegacyRpcErrors:
+    """Raises a backend's DeadlineExceededError as `apiproxy_errors.DeadlineExceededError`.
+
+    The App Engine API raised that error from its RPC layer, not as a taskqueue error, and
+    workers catch it by that name (`except (taskqueue.TransientError,
+    apiproxy_errors.DeadlineExceededError)`), so every call to a backend goes through this.
+    """
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
+        if isinstance(exc, _CoreDeadlineExceededError):
+            raise apiproxy_errors.DeadlineExceededError(str(exc)) from exc
+
+
+_legacy_rpc = _LegacyRpcErrors()
 
 
 def _push_not_served(method: str) -> InvalidQueueModeError:
@@ -249,16 +270,20 @@ class Task(_CoreTask):
         """Pull tasks have no dispatch deadline."""
         return None
 
-    def extract_params(self) -> dict[str, bytes | list[bytes]]:
-        """The payload decoded as application/x-www-form-urlencoded (ValueError if it is not)."""
-        params: dict[str, list[bytes]] = {}
+    def extract_params(self) -> dict[bytes, bytes | list[bytes]]:
+        """The payload decoded as application/x-www-form-urlencoded, as the Python 3 SDK does.
+
+        Keys and values are bytes (the payload is bytes, and the SDK parses it as bytes); a name
+        given more than once maps to the list of its values. A payload that is not form data
+        raises ValueError, as in the SDK (percent-escapes of non-ASCII bytes included).
+        """
         if not self.payload:
             return {}
-        query = self.payload.decode("utf-8")
+        params: dict[bytes, list[bytes]] = {}
         for key, value in urllib.parse.parse_qsl(
-            query, keep_blank_values=True, strict_parsing=True
+            self.payload, keep_blank_values=True, strict_parsing=True
         ):
-            params.setdefault(key, []).append(value.encode("utf-8"))
+            params.setdefault(key, []).append(value)
         return {key: values[0] if len(values) == 1 else values for key, values in params.items()}
 
     def add(self, queue_name: str = _DEFAULT_QUEUE, transactional: bool = False) -> Task:
@@ -364,7 +389,7 @@ class RPC(Generic[T]):
     def _finish(self, call: Callable[[], T]) -> RPC[T]:
         try:
             self._result = call()
-        except Error as exc:
+        except (Error, apiproxy_errors.Error) as exc:
             self._error = exc
         self._done = True
         return self
@@ -480,12 +505,23 @@ class Queue:
     """
 
     def __init__(self, name: str = _DEFAULT_QUEUE, backend: Backend | None = None) -> None:
-        self._queue = _CoreQueue(name, backend)
+        # Workers build a Queue per request: only the name is checked here (as the SDK does);
+        # the backend, when not given, is looked up on the first call that needs it.
+        self._name = validate_queue_name(name)
+        self._backend = backend
+        self._core: _CoreQueue | None = None
+
+    @property
+    def _queue(self) -> _CoreQueue:
+        core = self._core
+        if core is None:
+            core = self._core = _CoreQueue(self._name, self._backend)
+        return core
 
     @property
     def name(self) -> str:
         """The queue's name."""
-        return self._queue.name
+        return self._name
 
     @property
     def backend(self) -> Backend:
@@ -526,11 +562,13 @@ class Queue:
                 queue=self.name,
             )
         if isinstance(task, _CoreTask):
-            return self._queue.add(task)  # type: ignore[return-value]
+            with _legacy_rpc:
+                return self._queue.add(task)  # type: ignore[return-value]
         tasks = list(task)
         if not tasks:
             return []
-        return self._queue.add(tasks)  # type: ignore[return-value]
+        with _legacy_rpc:
+            return self._queue.add(tasks)  # type: ignore[return-value]
 
     def add_async(
         self,
@@ -546,7 +584,8 @@ class Queue:
     def lease_tasks(self, lease_seconds: float, max_tasks: int, deadline: float = 10) -> list[Task]:
         """Lease up to max_tasks available tasks (ETA passed), oldest ETA first."""
         validate_deadline(deadline, self.name)
-        tasks = self._queue.lease(lease_seconds, max_tasks, deadline=deadline)
+        with _legacy_rpc:
+            tasks = self._queue.lease(lease_seconds, max_tasks, deadline=deadline)
         for task in tasks:
             _as_legacy(task)
         return tasks  # type: ignore[return-value]
@@ -573,9 +612,10 @@ class Queue:
         validate_deadline(deadline, self.name)
         if isinstance(tag, bytes):
             tag = tag.decode("utf-8")
-        tasks = self._queue.lease(
-            lease_seconds, max_tasks, tag=tag or None, group_by_tag=True, deadline=deadline
-        )
+        with _legacy_rpc:
+            tasks = self._queue.lease(
+                lease_seconds, max_tasks, tag=tag or None, group_by_tag=True, deadline=deadline
+            )
         for task in tasks:
             _as_legacy(task)
         return tasks  # type: ignore[return-value]
@@ -598,7 +638,8 @@ class Queue:
 
         Raises TaskLeaseExpiredError when the lease has run out or the task was leased again.
         """
-        self._queue.modify_lease(task, lease_seconds)
+        with _legacy_rpc:
+            self._queue.modify_lease(task, lease_seconds)
 
     # delete
 
@@ -610,10 +651,11 @@ class Queue:
 
     def delete_tasks(self, task: _CoreTask | Iterable[_CoreTask]) -> Task | list[Task]:
         """Delete tasks by name; each gets was_deleted True, or False when it was already gone."""
-        if isinstance(task, _CoreTask):
-            self._queue.delete(task)
-            return task  # type: ignore[return-value]
-        return self._queue.delete(task)  # type: ignore[return-value]
+        with _legacy_rpc:
+            if isinstance(task, _CoreTask):
+                self._queue.delete(task)
+                return task  # type: ignore[return-value]
+            return self._queue.delete(task)  # type: ignore[return-value]
 
     def delete_tasks_async(
         self, task: _CoreTask | Iterable[_CoreTask], rpc: RPC[Any] | None = None
@@ -641,7 +683,8 @@ class Queue:
 
     def purge(self) -> None:
         """Remove every task from the queue; their names stay tombstoned."""
-        self._queue.purge()
+        with _legacy_rpc:
+            self._queue.purge()
 
     # statistics
 
@@ -655,7 +698,8 @@ class Queue:
         return QueueStatistics.fetch_async(self, rpc)
 
     def _statistics(self) -> QueueStatistics:
-        stats = self._queue.stats()
+        with _legacy_rpc:
+            stats = self._queue.stats()
         oldest = None if stats.oldest_eta is None else round(stats.oldest_eta * USEC)
         return QueueStatistics(
             self,

@@ -10,6 +10,7 @@ import pytest
 from google.api_core import exceptions as api_exceptions
 
 from pullqueue import (
+    DeadlineExceededError,
     Error,
     InternalError,
     InvalidTaskError,
@@ -34,7 +35,7 @@ def _translate(exc: BaseException, *, on_lease: bool = False) -> Error:
     [
         (api_exceptions.ResourceExhausted("quota"), "RESOURCE_EXHAUSTED", TransientError),
         (api_exceptions.ServiceUnavailable("down"), "UNAVAILABLE", TransientError),
-        (api_exceptions.DeadlineExceeded("slow"), "DEADLINE_EXCEEDED", TransientError),
+        (api_exceptions.DeadlineExceeded("slow"), "DEADLINE_EXCEEDED", DeadlineExceededError),
         (api_exceptions.Aborted("contention"), "ABORTED", TransientError),
         (api_exceptions.InternalServerError("oops"), "INTERNAL", InternalError),
         (api_exceptions.PermissionDenied("no"), "PERMISSION_DENIED", PermissionDeniedError),
