@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import overload
 
-from pullqueue import limits
+from pullqueue import limits, metrics
 from pullqueue.adapters.base import Backend
 from pullqueue.errors import (
     BadTaskStateError,
@@ -136,12 +136,16 @@ class Queue:
         self._check_add(tasks)
         outcomes = self.backend.add(self.name, tasks)
         first: Error | None = None
+        added = 0
         for item, outcome in zip(tasks, outcomes, strict=True):
             if outcome is None:
+                added += 1
                 item.was_added = True
                 item.queue_name = self.name
             elif first is None or isinstance(first, TaskAlreadyExistsError | TombstonedTaskError):
                 first = outcome
+        if added:
+            metrics.sent.add(added, metrics.queue_attributes(self.backend.url, self.name))
         if first is not None:
             raise first
         return tasks[0] if single else tasks
@@ -216,7 +220,7 @@ class Queue:
         if isinstance(tag, bytes):
             tag = tag.decode("utf-8")
         validate_tag(tag, self.name)
-        return self.backend.lease(
+        leased = self.backend.lease(
             self.name,
             lease_seconds,
             max_tasks,
@@ -224,6 +228,9 @@ class Queue:
             group_by_tag=group_by_tag or tag is not None,
             deadline=deadline,
         )
+        if leased:
+            metrics.consumed.add(len(leased), metrics.queue_attributes(self.backend.url, self.name))
+        return leased
 
     def modify_lease(self, task: Task, lease_seconds: float) -> None:
         """Set the task's lease to end lease_seconds from now; 0 releases it at once."""

@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
 from pullqueue.cli.base import Command, Count, FiniteFloat, batch_size_option, lease_seconds_option
 from pullqueue.errors import ConfigurationError, Error
+from pullqueue.metrics import PrometheusEndpoint, serve_prometheus
 from pullqueue.queue import Queue
 from pullqueue.registry import connect, default_backend
 from pullqueue.worker.backoff import Backoff
 from pullqueue.worker.handler import is_batch_handler, load_handler
-from pullqueue.worker.logs import configure
+from pullqueue.worker.logs import configure, log_event
 from pullqueue.worker.runner import Worker
 
 EXIT_QUEUE_ERROR = 1
 EXIT_ABORTED = 130
+logger = logging.getLogger("pullqueue.worker")
 
 
 @click.command(
@@ -32,6 +36,7 @@ Examples:
   pullqueue work counters myservice.tasks:count --group-by-tag --batch-size 100
   pullqueue work emails mail:send --concurrency 8 --url pubsub://my-project
   PULLQUEUE_URL=pubsub://my-project pullqueue work counters app:count --exit-when-idle 30
+  pullqueue work emails mail:send --url pubsub://my-project --metrics-port 9464
 
 \b
 Exit status: 0 stopped cleanly (SIGTERM/SIGINT, or idle), 1 a queue error stopped
@@ -81,6 +86,13 @@ it (the message says what to fix), 2 bad usage, 130 a second signal cut it short
     show_default=True,
     help="Log lines as key=value or as JSON objects (to stderr).",
 )
+@click.option(
+    "--metrics-port",
+    type=Count(0, 65535),
+    metavar="PORT",
+    help="Serve Prometheus metrics on this port at /metrics (0: any free port, logged); needs"
+    " the metrics extra: pip install 'pullqueue[metrics]'.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log every task, not only every batch.")
 def work(
     queue_name: str,
@@ -94,6 +106,7 @@ def work(
     exit_when_idle: float | None,
     max_backoff: float,
     log_format: str,
+    metrics_port: int | None,
     verbose: bool,
 ) -> None:
     """Run MODULE:FUNCTION over the tasks of pull queue QUEUE.
@@ -115,6 +128,51 @@ def work(
     except ConfigurationError as exc:
         raise click.BadParameter(str(exc), param_hint="MODULE:FUNCTION") from exc
     configure(log_format, logging.DEBUG if verbose else logging.INFO)
+    endpoint = _serve_metrics(metrics_port) if metrics_port is not None else None
+    try:
+        _work(
+            queue_name,
+            handler,
+            url,
+            tag,
+            group_by_tag,
+            batch_size,
+            lease_seconds,
+            concurrency,
+            exit_when_idle,
+            max_backoff,
+        )
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+
+
+def _serve_metrics(port: int) -> PrometheusEndpoint:
+    try:
+        endpoint = serve_prometheus(port)
+    except ImportError as exc:
+        raise click.BadParameter(str(exc), param_hint="--metrics-port") from exc
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot serve metrics on port {port}: {exc.strerror or exc}; pick a free port",
+            param_hint="--metrics-port",
+        ) from exc
+    log_event(logger, logging.INFO, "metrics", port=endpoint.port, path="/metrics")
+    return endpoint
+
+
+def _work(
+    queue_name: str,
+    handler: Callable[..., Any],
+    url: str | None,
+    tag: str | None,
+    group_by_tag: bool,
+    batch_size: int,
+    lease_seconds: float,
+    concurrency: int,
+    exit_when_idle: float | None,
+    max_backoff: float,
+) -> None:
     try:
         backend = connect(url) if url else default_backend()
     except ConfigurationError as exc:

@@ -46,6 +46,11 @@ class LeasedBatch:
         self._stats = stats
         self._log = logger
 
+    def held_count(self) -> int:
+        """How many of the batch's tasks this worker still holds a lease on."""
+        with self.lock:
+            return len(self._held)
+
     def holds(self, task: Task) -> bool:
         """True while this worker still holds task's lease as far as it knows."""
         with self.lock:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
+from pullqueue import metrics
 from pullqueue.config import Settings
 from pullqueue.errors import Error, TransientError
 from pullqueue.queue import Queue, validate_lease_seconds, validate_max_tasks
@@ -85,6 +86,10 @@ class Worker:
         self.backoff = backoff or Backoff()
         self.exit_when_idle = exit_when_idle
         self.stats = WorkerStats()
+        self._metric_attributes = metrics.queue_attributes(queue.backend.url, queue.name)
+        if tag is not None:
+            self._metric_attributes[metrics.TAG] = tag
+        self.stats.observe(metrics.worker_recorder(self._metric_attributes))
         self.error: Error | None = None
         self._stopping = threading.Event()
         self._aborted = threading.Event()
@@ -96,6 +101,10 @@ class Worker:
         self._threads: list[threading.Thread] = []
 
     # -- control -------------------------------------------------------------------------
+
+    def held_tasks(self) -> int:
+        """Tasks this worker holds a lease on right now (queued for or inside a handler)."""
+        return sum(batch.held_count() for batch in self._keeper.tracked())
 
     @property
     def stopping(self) -> bool:
@@ -178,6 +187,7 @@ class Worker:
             handler="per_batch" if self.per_batch else "per_task",
         )
         self._keeper.start()
+        metrics.held.watch(self, self._metric_attributes)
         for index in range(self.concurrency):
             thread = threading.Thread(
                 target=self._handle_loop, name=f"pullqueue-handler-{index}", daemon=True
@@ -305,27 +315,40 @@ class Worker:
                     self._running -= 1
                     self._cond.notify_all()
 
+    def _timed(self, started: float, error: BaseException | None) -> None:
+        attributes = self._metric_attributes
+        if error is not None:
+            attributes = {**attributes, metrics.ERROR_TYPE: type(error).__qualname__}
+        metrics.process_duration.record(time.perf_counter() - started, attributes)
+
     def _handle_task(self, batch: LeasedBatch, task: Task) -> None:
+        started = time.perf_counter()
         try:
             self.handler(task)
         except BaseException as exc:
+            self._timed(started, exc)
             self._failed(batch, [task], exc)
         else:
+            self._timed(started, None)
             with batch.lock:
                 batch.done.append(task)
             self.stats.add(processed=1)
             log_event(logger, logging.DEBUG, "done", queue=self.queue.name, task=task.name)
 
     def _handle_batch(self, batch: LeasedBatch) -> None:
+        started = time.perf_counter()
         try:
             done, failed = self._split(batch.tasks, self.handler(list(batch.tasks)))
         except BaseException as exc:
+            self._timed(started, exc)
             self._failed(batch, batch.tasks, exc)
             return
+        self._timed(started, None)
         with batch.lock:
             batch.done.extend(done)
             batch.failed.extend(failed)
         self.stats.add(processed=len(done), failed=len(failed))
+        self._count_last_attempts(failed)
         log_event(
             logger,
             logging.INFO if not failed else logging.WARNING,
@@ -351,6 +374,7 @@ class Worker:
         with batch.lock:
             batch.failed.extend(tasks)
         self.stats.add(failed=len(tasks))
+        self._count_last_attempts(tasks)
         for task in tasks:
             log_event(
                 logger,
@@ -363,6 +387,15 @@ class Worker:
                 error=f"{type(exc).__name__}: {exc}",
                 next="released for another attempt",
             )
+
+    def _count_last_attempts(self, tasks: Sequence[Task]) -> None:
+        """Count failed tasks the queue will set aside rather than hand out again."""
+        final = getattr(self.queue.backend, "final_attempt", None)
+        if final is None:
+            return
+        last = sum(1 for task in tasks if final(self.queue.name, task))
+        if last:
+            self.stats.add(dead_lettered=last)
 
     def _cancel(self, batch: LeasedBatch, task: Task | None) -> None:
         """Release, unhandled, the item's task (or whole batch): the worker is stopping."""
@@ -395,6 +428,7 @@ class Worker:
                 self._keeper.untrack(batch)
                 self.stats.add(released=batch.abandon())
         self._keeper.stop()
+        metrics.held.forget(self)
 
 
 def run_worker(queue: Queue, handler: Callable[..., Any], **options: Any) -> WorkerStats:

@@ -7,6 +7,7 @@ read; one lock keeps them consistent across handler threads.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 
@@ -32,15 +33,26 @@ class WorkerStats:
     """Tasks whose lease ran out before the handler finished (another holder may have them)."""
     delete_failures: int = 0
     """Processed tasks that could not be deleted: they come back when their lease ends."""
+    dead_lettered: int = 0
+    """Failed tasks that had used their last allowed attempt: the queue sets them aside."""
     _lock: threading.Lock = field(
         default_factory=threading.Lock, init=False, repr=False, compare=False
     )
+    _observer: Callable[[dict[str, int]], None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def observe(self, observer: Callable[[dict[str, int]], None]) -> None:
+        """Also pass every later add() to observer (the worker's metrics)."""
+        self._observer = observer
 
     def add(self, **deltas: int) -> None:
         """Add to counters by name, atomically."""
         with self._lock:
             for name, delta in deltas.items():
                 setattr(self, name, getattr(self, name) + delta)
+        if self._observer is not None:
+            self._observer(deltas)
 
     def snapshot(self) -> WorkerStats:
         """A copy of the counters as they are now."""

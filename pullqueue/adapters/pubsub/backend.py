@@ -672,6 +672,15 @@ class PubSubBackend:
             task=task.name,
         )
 
+    def final_attempt(self, queue: str, task: Task) -> bool:
+        """True when the task's current delivery is its last before the dead-letter policy
+        moves it aside: released now, it goes to the dead-letter topic, not to a worker."""
+        lease = self._book.find(queue, task)
+        topology = self._topologies.get(queue)
+        if lease is None or topology is None or not lease.delivery.attempt:
+            return False
+        return lease.delivery.attempt >= topology.max_attempts
+
     # Whole queue
 
     def purge(self, queue: str) -> None:
