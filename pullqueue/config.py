@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     """pullqueue configuration; every field is read from `PULLQUEUE_<FIELD>`."""
 
-    model_config = SettingsConfigDict(env_prefix="PULLQUEUE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="PULLQUEUE_", extra="ignore", allow_inf_nan=False)
 
     url: str = Field("memory://", description="Backend URL: memory://, pubsub://PROJECT, ...")
     auto_create: bool = Field(

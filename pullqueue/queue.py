@@ -73,8 +73,17 @@ def validate_tag(tag: str | None, queue: str | None = None, task: str | None = N
 
 
 def validate_lease_seconds(lease_seconds: float, queue: str | None = None) -> float:
-    """A lease time as float seconds, 0 to one week, else the legacy error."""
-    if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int | float):
+    """A lease time as float seconds, 0 to one week, else the legacy error.
+
+    A boolean, NaN or infinity is InvalidLeaseTimeError; a value that is not a number at all is
+    TypeError, as in the legacy SDK.
+    """
+    if limits.bad_number(lease_seconds):
+        raise InvalidLeaseTimeError(
+            f"lease_seconds must be a finite number of seconds, not {lease_seconds!r}",
+            queue=queue,
+        )
+    if not isinstance(lease_seconds, int | float):
         raise TypeError("lease_seconds must be a float or an integer")
     if lease_seconds < 0:
         raise InvalidLeaseTimeError("lease_seconds must not be negative", queue=queue)
@@ -87,7 +96,15 @@ def validate_lease_seconds(lease_seconds: float, queue: str | None = None) -> fl
 
 
 def validate_max_tasks(max_tasks: int, queue: str | None = None) -> int:
-    """max_tasks as an int from 1 to 1000, else the legacy error."""
+    """max_tasks as an int from 1 to 1000, else the legacy error.
+
+    A boolean, NaN or infinity is InvalidMaxTasksError; any other value that is not an int is
+    TypeError, as in the legacy SDK.
+    """
+    if limits.bad_number(max_tasks):
+        raise InvalidMaxTasksError(
+            f"max_tasks must be a whole number of tasks, not {max_tasks!r}", queue=queue
+        )
     if not isinstance(max_tasks, int):
         raise TypeError("max_tasks must be an integer")
     if max_tasks <= 0:
@@ -101,8 +118,12 @@ def validate_max_tasks(max_tasks: int, queue: str | None = None) -> int:
 
 
 def validate_deadline(deadline: float, queue: str | None = None) -> float:
-    """An RPC deadline in seconds, above zero, else the legacy error."""
-    if isinstance(deadline, bool) or not isinstance(deadline, int | float):
+    """An RPC deadline in seconds, finite and above zero, else the legacy error."""
+    if limits.bad_number(deadline):
+        raise InvalidDeadlineError(
+            f"deadline must be a finite number of seconds, not {deadline!r}", queue=queue
+        )
+    if not isinstance(deadline, int | float):
         raise TypeError("deadline must be numeric")
     if deadline <= 0:
         raise InvalidDeadlineError("deadline must be above zero", queue=queue)

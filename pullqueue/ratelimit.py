@@ -28,8 +28,8 @@ class RateLimiter:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], object] = time.sleep,
     ) -> None:
-        if rate <= 0:
-            raise ValueError(f"rate must be above zero, got {rate}")
+        if isinstance(rate, bool) or not rate > 0:
+            raise ValueError(f"rate must be above zero, got {rate!r}")
         if burst < 1:
             raise ValueError(f"burst must be at least 1, got {burst}")
         self.rate = float(rate)

@@ -10,6 +10,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from pullqueue.errors import InvalidEtaError, InvalidTagError, InvalidTaskError
+from pullqueue.limits import bad_number
 
 USEC = 1_000_000
 
@@ -77,8 +78,12 @@ class Task:
                 raise InvalidEtaError(
                     f"eta must be a datetime, not {type(eta).__name__}", task=name
                 )
-            if countdown is not None and not isinstance(countdown, int | float):
-                raise InvalidEtaError("countdown must be a number of seconds", task=name)
+            if countdown is not None and (
+                bad_number(countdown) or not isinstance(countdown, int | float)
+            ):
+                raise InvalidEtaError(
+                    f"countdown must be a finite number of seconds, not {countdown!r}", task=name
+                )
         if tag is not None and type(tag) is not str:
             if not isinstance(tag, bytes | bytearray | str):
                 raise InvalidTagError(f"tag must be str or bytes, not {type(tag).__name__}")
@@ -92,7 +97,9 @@ class Task:
         self._eta = eta
         self._countdown = countdown
         self.eta_posix: float | None = eta_to_posix(eta) if eta is not None else None
-        if retry_limit is not None and (not isinstance(retry_limit, int) or retry_limit < 0):
+        if retry_limit is not None and (
+            bad_number(retry_limit) or not isinstance(retry_limit, int) or retry_limit < 0
+        ):
             raise InvalidTaskError("retry_limit must be a whole number >= 0", task=name)
         self.retry_count: int = 0
         self.retry_limit: int | None = retry_limit

@@ -140,6 +140,8 @@ class TaskRetryOptions:
             raise TypeError(f"Invalid arguments: {', '.join(sorted(unknown))}")
         for key in sorted(self._KWARGS):
             value = kwargs.get(key)
+            if limits.bad_number(value):
+                raise InvalidTaskRetryOptionsError(f"{key} must be a finite number, got {value}")
             if value is not None and value < 0:
                 raise InvalidTaskRetryOptionsError(f"{key} must not be negative, got {value}")
         low, high = kwargs.get("min_backoff_seconds"), kwargs.get("max_backoff_seconds")
@@ -205,7 +207,7 @@ class Task(_CoreTask):
                 raise InvalidTaskError("ETA must be a datetime.datetime instance", task=name)
             if countdown is not None:
                 try:
-                    countdown = float(countdown)
+                    countdown = float(countdown) if not isinstance(countdown, bool) else countdown
                 except (TypeError, ValueError) as exc:
                     raise InvalidTaskError("Countdown must be a number", task=name) from exc
         super().__init__(payload, name=name or None, tag=tag, eta=eta, countdown=countdown)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+from pullqueue.limits import bad_number
+
 
 class Backoff:
     """Delays that double from `initial` up to `maximum`, each drawn from [d/2, d] ("equal jitter").
@@ -24,7 +26,9 @@ class Backoff:
         *,
         uniform: Callable[[float, float], float] = random.uniform,
     ) -> None:
-        if initial <= 0 or maximum < initial or multiplier < 1:
+        if any(bad_number(v) for v in (initial, maximum, multiplier)) or not (
+            0 < initial <= maximum and multiplier >= 1
+        ):
             raise ValueError(
                 f"backoff needs 0 < initial <= maximum and multiplier >= 1, got initial={initial},"
                 f" maximum={maximum}, multiplier={multiplier}"

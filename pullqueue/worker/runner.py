@@ -21,8 +21,9 @@ from typing import Any
 
 from pullqueue import metrics
 from pullqueue.config import Settings
-from pullqueue.errors import Error, TransientError
-from pullqueue.queue import Queue, validate_lease_seconds, validate_max_tasks
+from pullqueue.errors import Error, InvalidMaxTasksError, TransientError
+from pullqueue.limits import bad_number
+from pullqueue.queue import Queue, validate_lease_seconds, validate_max_tasks, validate_tag
 from pullqueue.ratelimit import RateLimiter, shared_limiter
 from pullqueue.task import Task
 from pullqueue.worker.backoff import Backoff
@@ -67,13 +68,25 @@ class Worker:
                 f"handler {handler!r} is async; pass a plain function (call asyncio.run inside"
                 " it if it must await)"
             )
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if bad_number(concurrency) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be a whole number from 1, got {concurrency!r}")
+        for option, value in (
+            ("exit_when_idle", exit_when_idle),
+            ("lease_requests_per_second", lease_requests_per_second),
+        ):
+            if value is not None and (
+                bad_number(value) or not isinstance(value, int | float) or value < 0
+            ):
+                raise ValueError(f"{option} must be a finite number >= 0, got {value!r}")
         if tag is not None and group_by_tag:
             raise ValueError("give a tag or group_by_tag, not both")
+        validate_tag(tag, queue.name)
         self.queue = queue
         self.handler = handler
-        self.batch_size = validate_max_tasks(batch_size, queue.name)
+        try:
+            self.batch_size = validate_max_tasks(batch_size, queue.name)
+        except InvalidMaxTasksError as exc:
+            raise InvalidMaxTasksError(f"batch_size: {exc.message}", queue=queue.name) from None
         self.lease_seconds = validate_lease_seconds(lease_seconds, queue.name)
         if self.lease_seconds <= 0:
             raise ValueError("lease_seconds must be above zero for a worker")
