@@ -12,7 +12,10 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pullqueue.adapters.pubsub.layout import QueueLayout
 
 UNDELIVERED = "pubsub.googleapis.com/subscription/num_undelivered_messages"
 OLDEST_UNACKED_AGE = "pubsub.googleapis.com/subscription/oldest_unacked_message_age"
@@ -133,6 +136,18 @@ class Backlog:
                 for s in self.subscriptions
             ],
         }
+
+
+def layout_subscriptions(layout: QueueLayout) -> list[Subscription]:
+    """Every subscription of a queue's layout, in the order `stats` shows them."""
+    return [
+        Subscription(layout.worker_subscription_id, "workers"),
+        *(
+            Subscription(layout.tag_subscription_id(tag), "tag", tag)
+            for tag in sorted(layout.declared_tags)
+        ),
+        Subscription(layout.dead_letter_subscription_id, "dead-letter"),
+    ]
 
 
 def _total(values: Iterable[int | None]) -> int | None:

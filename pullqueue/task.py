@@ -180,3 +180,6 @@ class QueueStats:
     leased: int | None = None
     executed_last_minute: int | None = None
     approximate: bool = False
+    whole_queue: bool = True
+    """False when the counts cover only what this process holds (Pub/Sub, whose API counts no
+    backlog): for the queue as a whole they are unknown, not zero."""

@@ -265,7 +265,8 @@ class _Drain:
                 " --to-queue NAME",
                 queue=self.source.name,
             )
-        self.report.source_tasks_at_start = self._probe(self.source, "source").tasks
+        at_start = self._probe(self.source, "source")
+        self.report.source_tasks_at_start = at_start.tasks if at_start.whole_queue else None
         self._probe(self.dest, "destination")
 
     @staticmethod

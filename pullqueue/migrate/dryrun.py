@@ -18,6 +18,10 @@ NOT_LISTABLE = (
     " retry_count and hides it from workers, so this dry run read the queue's statistics only:"
     " no sample, no tags, no ETAs beyond the oldest"
 )
+NOT_COUNTABLE = (
+    "the source's API counts no backlog either (Pub/Sub), so the counts are unknown: read them"
+    " with `pullqueue stats QUEUE --url pubsub://PROJECT` (Cloud Monitoring)"
+)
 
 
 def dry_run(source: Queue, journal: Journal | None, *, sample_size: int, listing: bool) -> DryRun:
@@ -25,10 +29,23 @@ def dry_run(source: Queue, journal: Journal | None, *, sample_size: int, listing
     backend = source.backend
     if not listing or not isinstance(backend, ListingBackend):
         stats = source.stats()
+        if not stats.whole_queue:
+            return DryRun(
+                listed=False,
+                tasks=None,
+                available=None,
+                future_eta=None,
+                leased_elsewhere=None,
+                payload_bytes=None,
+                note=NOT_LISTABLE + "; " + NOT_COUNTABLE,
+            )
         return DryRun(
             listed=False,
             tasks=stats.tasks,
-            leased_elsewhere=stats.leased or 0,
+            available=None,
+            future_eta=None,
+            leased_elsewhere=stats.leased,
+            payload_bytes=None,
             oldest_eta=iso(stats.oldest_eta),
             note=NOT_LISTABLE + (" (the counts are approximate)" if stats.approximate else ""),
         )
@@ -37,17 +54,18 @@ def dry_run(source: Queue, journal: Journal | None, *, sample_size: int, listing
     tags: Counter[str] = Counter()
     names: list[str] = []
     oldest: float | None = None
+    count = available = future = elsewhere = size = 0
     for task in backend.list_tasks(source.name):
-        dry.tasks += 1
-        dry.payload_bytes += len(task.payload)
+        count += 1
+        size += len(task.payload)
         eta = task.eta_posix if task.eta_posix is not None else now
         oldest = eta if oldest is None else min(oldest, eta)
         if eta <= now:
-            dry.available += 1
+            available += 1
         elif task.retry_count:
-            dry.leased_elsewhere += 1
+            elsewhere += 1
         else:
-            dry.future_eta += 1
+            future += 1
         tags[task.tag if task.tag is not None else "(untagged)"] += 1
         if len(dry.sample) < sample_size:
             dry.sample.append(
@@ -66,6 +84,8 @@ def dry_run(source: Queue, journal: Journal | None, *, sample_size: int, listing
                 names = []
     if journal is not None and names:
         dry.already_written += _written(journal, names)
+    dry.tasks, dry.available, dry.future_eta = count, available, future
+    dry.leased_elsewhere, dry.payload_bytes = elsewhere, size
     dry.oldest_eta = iso(oldest)
     dry.by_tag = dict(tags.most_common(20))
     return dry

@@ -47,12 +47,14 @@ class DryRun:
 
     listed: bool
     """True when the source listed its tasks; False when only its statistics were read."""
-    tasks: int = 0
-    available: int = 0
-    future_eta: int = 0
-    leased_elsewhere: int = 0
+    tasks: int | None = 0
+    """None (JSON null) where the source cannot count its tasks (Pub/Sub's API), as for the
+    other counts: unknown, never a made-up 0."""
+    available: int | None = 0
+    future_eta: int | None = 0
+    leased_elsewhere: int | None = 0
     already_written: int = 0
-    payload_bytes: int = 0
+    payload_bytes: int | None = 0
     oldest_eta: str | None = None
     by_tag: dict[str, int] = field(default_factory=dict)
     sample: list[dict[str, Any]] = field(default_factory=list)
@@ -195,13 +197,16 @@ class MigrationReport:
 
     @staticmethod
     def _render_dry(dry: DryRun) -> list[str]:
+        def known(count: int | None) -> str:
+            return "unknown" if count is None else str(count)
+
         lines = [
-            f"  dry run: {dry.tasks} tasks would move (nothing changed)",
-            f"    available now     {dry.available}",
-            f"    future ETA        {dry.future_eta}",
-            f"    leased elsewhere  {dry.leased_elsewhere}",
+            f"  dry run: {known(dry.tasks)} tasks would move (nothing changed)",
+            f"    available now     {known(dry.available)}",
+            f"    future ETA        {known(dry.future_eta)}",
+            f"    leased elsewhere  {known(dry.leased_elsewhere)}",
             f"    already written   {dry.already_written}",
-            f"    payload bytes     {dry.payload_bytes}",
+            f"    payload bytes     {known(dry.payload_bytes)}",
         ]
         if dry.oldest_eta:
             lines.append(f"    oldest ETA        {dry.oldest_eta}")

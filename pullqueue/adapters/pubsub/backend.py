@@ -709,6 +709,7 @@ class PubSubBackend:
             oldest_eta=None,
             leased=len(leased),
             approximate=True,
+            whole_queue=False,
         )
 
     def close(self) -> None:
