@@ -421,6 +421,25 @@ class PubSubBackend:
             self.rpc.modify(source, [d.ack_id for d in items], 0, queue=queue)
             self._book.skipped(items)
 
+    def _one_per_name(
+        self, queue: str, topology: QueueTopology, picked: list[Delivery]
+    ) -> list[Delivery]:
+        """The picked deliveries less any whose name came earlier in them; those are held for
+        the next lease call.
+
+        Without a name registry two messages may carry one name (a producer's retried add, a
+        foreign publisher). A lease hands out each name once, as on the legacy queue, so a
+        worker's batch can be deleted in one call and bookkeeping by name stays exact.
+        """
+        names: set[str] = set()
+        unique: list[Delivery] = []
+        repeated: list[Delivery] = []
+        for delivery in picked:
+            (repeated if delivery.name in names else unique).append(delivery)
+            names.add(delivery.name)
+        self._hold(queue, topology, repeated)
+        return unique
+
     def _grant(
         self, queue: str, topology: QueueTopology, picked: list[Delivery], lease_seconds: float
     ) -> list[Task]:
@@ -428,6 +447,7 @@ class PubSubBackend:
         if not picked:
             return []
         picked.sort(key=lambda d: (d.order, d.name))
+        picked = self._one_per_name(queue, topology, picked)
         limits = [d for d in picked if self._over_retry_limit(d)]
         if limits:
             self._expire(queue, limits)
