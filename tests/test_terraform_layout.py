@@ -469,7 +469,7 @@ def test_every_variable_is_typed_and_described() -> None:
     validated = {
         name for name, body in variables(MODULE / "variables.tf").items() if body.get("validation")
     }
-    assert validated >= {"project_id", "prefix", "queues", "kms_key_name", "labels"}
+    assert validated >= {"project_id", "prefix", "queues", "kms_key_name", "labels", "alerts"}
 
 
 def test_example_root_calls_the_module_with_plans_variables() -> None:

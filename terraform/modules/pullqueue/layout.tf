@@ -65,6 +65,28 @@ locals {
     ]...))
   }
 
+  # The Cloud Monitoring filters of a queue's subscriptions, byte for byte what `pullqueue stats`
+  # queries (pullqueue/monitoring.py: series_filter over layout_subscriptions): the working
+  # subscriptions (the worker one, then declared tags in order) and the dead-letter one. alerts.tf watches the same series.
+  monitoring_subscriptions = {
+    for name, queue in local.layout : name => {
+      working     = concat([queue.worker_subscription_id], values(queue.tag_subscription_ids))
+      dead_letter = [queue.dead_letter_subscription_id]
+    }
+  }
+  monitoring_filters = {
+    for name, subs in local.monitoring_subscriptions : name => {
+      oldest_unacked_age = format(
+        "metric.type = \"pubsub.googleapis.com/subscription/oldest_unacked_message_age\" AND resource.type = \"pubsub_subscription\" AND resource.labels.subscription_id = one_of(%s)",
+        join(", ", [for id in subs.working : format("\"%s\"", id)]),
+      )
+      dead_letters = format(
+        "metric.type = \"pubsub.googleapis.com/subscription/num_undelivered_messages\" AND resource.type = \"pubsub_subscription\" AND resource.labels.subscription_id = one_of(%s)",
+        join(", ", [for id in subs.dead_letter : format("\"%s\"", id)]),
+      )
+    }
+  }
+
   all_topic_ids        = flatten([for queue in values(local.layout) : [queue.topic_id, queue.dead_letter_topic_id]])
   all_subscription_ids = concat([for sub in values(local.pull_subscriptions) : sub.id], [for queue in values(local.layout) : queue.dead_letter_subscription_id])
 }

@@ -34,3 +34,14 @@ output "worker_environment" {
   description = "Environment for workers and producers: PULLQUEUE_URL, PULLQUEUE_PUBSUB_PREFIX, PULLQUEUE_PUBSUB_DECLARED_TAGS, and the smallest ack deadline, attempts and retention of any queue (assumed for subscriptions the worker may not read)."
   value       = local.worker_environment
 }
+
+output "alert_policy_ids" {
+  description = "Per queue, the ids of its alert policies (oldest_unacked_age, dead_letters); empty when var.alerts is null."
+  value = {
+    for name in keys(local.monitoring_filters) : name => {
+      oldest_unacked_age = try(google_monitoring_alert_policy.oldest_unacked_age[name].name, null)
+      dead_letters       = try(google_monitoring_alert_policy.dead_letters[name].name, null)
+    }
+    if var.alerts != null
+  }
+}

@@ -178,3 +178,35 @@ variable "kms_key_name" {
     error_message = "kms_key_name must be a Cloud KMS key name: projects/PROJECT/locations/LOCATION/keyRings/RING/cryptoKeys/KEY."
   }
 }
+
+variable "alerts" {
+  description = "Cloud Monitoring alert policies per queue (null: none). oldest_unacked_age_seconds: alert when a task waits longer than this on any working subscription of the queue (workers falling behind or stopped); dead_letters: alert when the dead-letter subscription holds more than this many tasks; duration: how long a condition must hold before it fires; notification_channels: ids (projects/P/notificationChannels/N) to notify."
+  type = object({
+    notification_channels      = optional(list(string), [])
+    oldest_unacked_age_seconds = optional(number, 3600)
+    dead_letters               = optional(number, 0)
+    duration                   = optional(string, "300s")
+    enabled                    = optional(bool, true)
+  })
+  default = null
+
+  validation {
+    condition     = var.alerts == null || try(var.alerts.oldest_unacked_age_seconds >= 60 && floor(var.alerts.oldest_unacked_age_seconds) == var.alerts.oldest_unacked_age_seconds, false)
+    error_message = "alerts.oldest_unacked_age_seconds must be whole seconds, at least 60 (Pub/Sub samples the age once a minute); keep it under the subscriptions' retention so the alert fires before tasks expire."
+  }
+
+  validation {
+    condition     = var.alerts == null || try(var.alerts.dead_letters >= 0 && floor(var.alerts.dead_letters) == var.alerts.dead_letters, false)
+    error_message = "alerts.dead_letters must be a whole number of tasks, 0 or more (0: alert on the first dead letter)."
+  }
+
+  validation {
+    condition     = var.alerts == null || try(can(regex("^[0-9]+s$", var.alerts.duration)) && tonumber(trimsuffix(var.alerts.duration, "s")) <= 86400 && tonumber(trimsuffix(var.alerts.duration, "s")) % 60 == 0, false)
+    error_message = "alerts.duration must be whole minutes in seconds like \"300s\", from \"0s\" to \"86400s\" (Monitoring's limit)."
+  }
+
+  validation {
+    condition     = var.alerts == null || try(alltrue([for channel in var.alerts.notification_channels : can(regex("^projects/[^/]+/notificationChannels/[^/]+$", channel))]), false)
+    error_message = "alerts.notification_channels must be notification channel ids: projects/PROJECT/notificationChannels/ID (gcloud beta monitoring channels list)."
+  }
+}
