@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rich.console import Console
@@ -35,8 +35,14 @@ from pullqueue.worker import Worker, WorkerStats
 
 DEFAULT_QUEUE = "pullqueue-demo"
 DEFAULT_PROJECT = "pullqueue-demo"
+PEEK_LEASE_SECONDS = 10.0
+"""The lease on the one task the demo looks at to see whether its queue is in use."""
 DRAIN_QUIET_SECONDS = 0.5
 """The demo's source is in this process and nothing else adds to it: end the drain quickly."""
+
+
+class QueueInUseError(Error):
+    """The demo's destination queue holds tasks the demo did not add."""
 
 
 def destination(url: str | None) -> tuple[str, dict[str, Any]]:
@@ -76,16 +82,26 @@ def produce(
 class TagCounter:
     """The worker's batch handler: sums each tag's increments, counting each task name once."""
 
-    def __init__(self) -> None:
+    def __init__(self, run: str = "") -> None:
         self.counts: Counter[str] = Counter()
         self.sums: Counter[str] = Counter()
         self.deliveries = 0
+        self.foreign: set[str] = set()
+        """Names of tasks this run did not produce: released, never deleted."""
+        self._prefix = f"{run}-" if run else ""
         self._seen: set[str] = set()
         self._lock = threading.Lock()
 
-    def __call__(self, tasks: Sequence[Task]) -> None:
+    def __call__(self, tasks: Sequence[Task]) -> list[Task]:
+        """Count this run's tasks and return them (to be deleted); any other task is left to
+        be released untouched: the demo deletes only what it added."""
+        own: list[Task] = []
         with self._lock:
             for task in tasks:
+                if not (task.name or "").startswith(self._prefix):
+                    self.foreign.add(task.name or "(unnamed)")
+                    continue
+                own.append(task)
                 self.deliveries += 1
                 if task.name in self._seen:
                     continue
@@ -93,6 +109,7 @@ class TagCounter:
                 tag = task.tag or ""
                 self.counts[tag] += 1
                 self.sums[tag] += int(task.payload)
+        return own
 
     @property
     def processed(self) -> int:
@@ -161,6 +178,22 @@ class DemoResult:
     def produced(self) -> int:
         return sum(row.produced for row in self.rows)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The reconciliation for scripts (`pullqueue demo --json`)."""
+        return {
+            "ok": self.ok,
+            "source": self.source,
+            "destination": self.destination,
+            "queue": self.queue,
+            "tags": [asdict(row) | {"ok": row.ok} for row in self.rows],
+            "totals": {name: sum(getattr(row, name) for row in self.rows) for name in TOTALS},
+            "migration": self.report.to_dict(),
+            "worker": self.worker.as_dict(),
+            "deliveries": self.deliveries,
+            "elapsed": round(self.elapsed, 3),
+            "problems": self.problems,
+        }
+
     @property
     def ok(self) -> bool:
         return not self.problems and all(row.ok for row in self.rows)
@@ -200,11 +233,11 @@ def run_demo(
     dest = Tally(connect(dest_url, **connect_options))
     try:
         dest_queue = Queue(opts.queue, dest)
-        dest_queue.purge()
+        refuse_if_in_use(dest_queue)
         legacy = taskqueue.Queue(opts.queue, backend=source)
         produced = produce(legacy, opts.tasks, tags, rng, run)
 
-        counter = TagCounter()
+        counter = TagCounter(run)
         worker = Worker(
             dest_queue,
             counter,
@@ -272,6 +305,11 @@ def run_demo(
             problems.append(f"the migration deleted {report.deleted} of {opts.tasks} from source")
         if worker.stats.failed or worker.stats.leases_lost:
             problems.append("some worker batches failed or lost their lease")
+        if counter.foreign:
+            problems.append(
+                f"{len(counter.foreign)} tasks the demo did not add turned up in queue"
+                f" {opts.queue!r}; they were left there, untouched"
+            )
         extra = set(counter.counts) - set(tags)
         if extra:
             problems.append(f"the workers counted tags nobody produced: {sorted(extra)}")
@@ -288,6 +326,22 @@ def run_demo(
         )
     finally:
         dest.close()
+
+
+def refuse_if_in_use(queue: Queue) -> None:
+    """Refuse a destination queue that already holds an available task: the demo never deletes
+    what it did not add, and its counts would not reconcile. The task looked at is handed back
+    at once (on Pub/Sub that look counts as one delivery attempt)."""
+    found = queue.lease(PEEK_LEASE_SECONDS, 1)
+    for task in found:
+        queue.modify_lease(task, 0)
+    if found:
+        raise QueueInUseError(
+            f"the queue already holds tasks (one is {found[0].name!r}) on {queue.backend.url}; the"
+            " demo needs an empty queue of its own and never deletes tasks it did not add: pass"
+            " --queue with an unused name",
+            queue=queue.name,
+        )
 
 
 def _watch(

@@ -72,6 +72,16 @@ class Backend(Protocol):
         ...
 
 
+def queue_identity(backend: Backend, queue: str) -> str:
+    """What identifies `queue` on `backend` however its URL was spelled: two pairs with the same
+    identity are one queue. A backend may say it with a `queue_identity(queue)` method (a file
+    queue resolves its path, memory names its object); else its URL and the queue name do."""
+    own = getattr(backend, "queue_identity", None)
+    if callable(own):
+        return str(own(queue))
+    return f"{backend.url} {queue}"
+
+
 @runtime_checkable
 class ListingBackend(Backend, Protocol):
     """A backend that can also list tasks without leasing them, future ETAs included."""

@@ -199,6 +199,10 @@ class CloudTasksBackend:
         """The queue's resource name: projects/P/locations/L/queues/Q."""
         return f"projects/{self.project}/locations/{self.location}/queues/{queue}"
 
+    def queue_identity(self, queue: str) -> str:
+        """The queue's resource name, as the service knows it."""
+        return f"cloudtasks://{self.queue_path(queue)}"
+
     def task_path(self, queue: str, task: str) -> str:
         """The task's resource name: projects/P/locations/L/queues/Q/tasks/T."""
         return f"{self.queue_path(queue)}/tasks/{task}"

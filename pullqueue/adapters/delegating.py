@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pullqueue.adapters.base import Backend
+from pullqueue.adapters.base import Backend, queue_identity
 from pullqueue.errors import Error
 from pullqueue.task import QueueStats, Task
 
@@ -54,3 +54,6 @@ class DelegatingBackend:
 
     def close(self) -> None:
         self.inner.close()
+
+    def queue_identity(self, queue: str) -> str:
+        return queue_identity(self.inner, queue)

@@ -559,6 +559,10 @@ class MemoryBackend:
     def close(self) -> None:
         """Nothing to release: the queues live as long as the object."""
 
+    def queue_identity(self, queue: str) -> str:
+        """This object's queue: two MemoryBackend objects never share one."""
+        return f"memory://{id(self):x}/{queue}"
+
 
 def from_url(url: SplitResult, options: dict[str, Any]) -> MemoryBackend:
     """Build a MemoryBackend for `memory://` (options: clock, retry_limits)."""

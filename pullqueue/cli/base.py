@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
 
+from pullqueue.adapters.base import Backend
 from pullqueue.errors import ConfigurationError, Error
+from pullqueue.registry import connect, default_backend
 
 EXIT_OK = 0
 """The command did what it was asked."""
@@ -214,3 +218,94 @@ def lease_seconds_option(default: float, help_text: str) -> Callable[[F], F]:
         show_default=True,
         help=help_text,
     )
+
+
+EMULATOR_PROBE_SECONDS = 5.0
+"""How long a command waits for the Pub/Sub emulator to accept a connection before saying so."""
+
+
+def connect_backend(
+    url: str | None,
+    *,
+    option: str = "--url",
+    memory_warning: bool = False,
+    shared: bool = False,
+    **options: Any,
+) -> Backend:
+    """connect(url) for a command (with `shared` and no url: the process-wide backend a handler
+    module's own Queue() also uses): a bad URL is a usage error naming `option`; a Pub/Sub
+    emulator that does not answer is one line saying so (not a hang, not gRPC's wording); with
+    memory_warning, memory:// is pointed out as living in this process only."""
+    try:
+        backend = default_backend() if shared and not url else connect(url, **options)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint=f"'{option}'") from exc
+    try:
+        if backend.url.startswith("pubsub:"):
+            check_emulator()
+    except BaseException:
+        backend.close()
+        raise
+    if memory_warning and backend.url.startswith("memory:"):
+        click.echo(
+            "Warning: memory:// lives in this process only: this command sees a queue of its own"
+            " (empty unless this process fills it), not the one another process uses. Pass --url"
+            " pubsub://PROJECT (or set PULLQUEUE_URL) to use a shared backend.",
+            err=True,
+        )
+    return backend
+
+
+def check_emulator(timeout: float = EMULATOR_PROBE_SECONDS) -> None:
+    """With PUBSUB_EMULATOR_HOST set, fail in one line unless the emulator accepts a TCP
+    connection within timeout seconds."""
+    target = os.environ.get("PUBSUB_EMULATOR_HOST", "").strip()
+    if not target:
+        return
+    host, _, port = target.rpartition(":")
+    host = host.strip("[]") or "localhost"
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        fail(
+            f"cannot reach the Pub/Sub emulator at {target}; is it running? ({reason}; start it"
+            f" with `gcloud beta emulators pubsub start --host-port={target}`, or unset"
+            " PUBSUB_EMULATOR_HOST to use Pub/Sub itself)",
+            EXIT_FAILED,
+        )
+
+
+def check_writable_file(path: Path, option: str) -> None:
+    """Refuse (usage error, nothing done yet) a file path the command could not write: a
+    missing or read-only directory, or a directory where the file should be."""
+    parent = path.parent if str(path.parent) else Path(".")
+    problem = None
+    if path.is_dir():
+        problem = "is a directory"
+    elif not parent.is_dir():
+        problem = f"directory {str(parent)!r} does not exist"
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        problem = f"directory {str(parent)!r} is not writable"
+    elif path.exists() and not os.access(path, os.W_OK):
+        problem = "is not writable"
+    if problem is not None:
+        raise click.BadParameter(f"{str(path)!r} {problem}", param_hint=f"'{option}'")
+
+
+class OutputFile(click.Path):
+    """A file the command will write: its directory must exist and be writable, checked by the
+    parser so a bad path fails before anything moves."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = super().convert(value, param, ctx)
+        assert isinstance(path, Path)
+        try:
+            check_writable_file(path, param.opts[0] if param is not None else "PATH")
+        except click.BadParameter as exc:
+            self.fail(exc.message, param, ctx)
+        return path

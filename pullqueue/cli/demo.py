@@ -6,12 +6,33 @@ migrates, processes and reconciles.
 
 from __future__ import annotations
 
+import json
+
 import click
 from rich.console import Console
 
-from pullqueue.cli.base import Command, Count, FiniteFloat, batch_size_option
-from pullqueue.demo import DEFAULT_QUEUE, DemoOptions, render, run_demo
-from pullqueue.errors import ConfigurationError, Error, InvalidQueueNameError
+from pullqueue.cli.base import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_STATUS_HELP,
+    EXIT_USAGE,
+    Command,
+    Count,
+    FiniteFloat,
+    batch_size_option,
+    check_emulator,
+    fail,
+    json_option,
+)
+from pullqueue.demo import (
+    DEFAULT_QUEUE,
+    DemoOptions,
+    QueueInUseError,
+    destination,
+    render,
+    run_demo,
+)
+from pullqueue.errors import ConfigurationError, InvalidQueueNameError
 
 
 @click.command(
@@ -24,8 +45,12 @@ Examples:
   pullqueue demo --url pubsub://my-project --queue demo-counter
 
 \b
-Exit status: 0 every count reconciles, 1 something does not (the table says what),
-2 bad usage.""",
+The destination queue must be empty: the demo refuses a queue that holds tasks and never
+deletes a task it did not add.
+
+"""
+    + EXIT_STATUS_HELP
+    + "\nHere 1 means a count does not reconcile (the table says what).",
 )
 @click.option("--tasks", type=Count(1, 1_000_000), default=3000, show_default=True)
 @click.option("--tags", type=Count(1, 1000), default=12, show_default=True)
@@ -34,11 +59,18 @@ Exit status: 0 every count reconciles, 1 something does not (the table says what
     help="Destination backend [default: env PULLQUEUE_URL; else pubsub://pullqueue-demo on the"
     " emulator when PUBSUB_EMULATOR_HOST is set; else memory://].",
 )
-@click.option("--queue", "queue_name", default=DEFAULT_QUEUE, show_default=True)
+@click.option(
+    "--queue",
+    "queue_name",
+    default=DEFAULT_QUEUE,
+    show_default=True,
+    help="Destination queue; it must hold no tasks (the demo refuses one that does).",
+)
 @click.option("--concurrency", type=Count(1, 64), default=4, show_default=True)
 @batch_size_option(100, "Tasks per lease call of the demo's workers.")
 @click.option("--timeout", type=FiniteFloat(1), default=300.0, show_default=True)
 @click.option("--seed", type=Count(0), help="Seed for tags and amounts (default: random).")
+@json_option("Print the reconciliation as one JSON object instead of a table.")
 def demo(
     tasks: int,
     tags: int,
@@ -48,6 +80,7 @@ def demo(
     batch_size: int,
     timeout: float,
     seed: int | None,
+    as_json: bool,
 ) -> None:
     """Run the migration end to end and check that no task is lost or counted twice.
 
@@ -66,13 +99,16 @@ def demo(
         timeout=timeout,
         seed=seed,
     )
+    if destination(url)[0].startswith("pubsub:"):
+        check_emulator()
     try:
-        result = run_demo(url, options, console=Console(stderr=True))
+        result = run_demo(url, options, console=Console(stderr=True), show_progress=not as_json)
     except ConfigurationError as exc:
-        raise click.BadParameter(str(exc), param_hint="--url") from exc
-    except InvalidQueueNameError as exc:
-        raise click.BadParameter(str(exc), param_hint="--queue") from exc
-    except Error as exc:
-        raise click.ClickException(str(exc)) from exc
-    render(result, console)
-    raise SystemExit(0 if result.ok else 1)
+        raise click.BadParameter(str(exc), param_hint="'--url'") from exc
+    except (InvalidQueueNameError, QueueInUseError) as exc:
+        fail(f"--queue: {exc}", EXIT_USAGE)
+    if as_json:
+        click.echo(json.dumps(result.to_dict()))
+    else:
+        render(result, console)
+    raise SystemExit(EXIT_OK if result.ok else EXIT_FAILED)

@@ -6,6 +6,7 @@ cleanly on SIGINT/SIGTERM and prints (and with --report writes) the report; drai
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -16,7 +17,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
 
 import click
 from rich.console import Console
@@ -29,17 +29,25 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from pullqueue.cli.base import Command, FiniteFloat, batch_size_option, lease_seconds_option
+from pullqueue.cli.base import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Command,
+    FiniteFloat,
+    OutputFile,
+    batch_size_option,
+    check_writable_file,
+    connect_backend,
+    fail,
+    json_option,
+    lease_seconds_option,
+)
 from pullqueue.errors import Error
 from pullqueue.migrate.drain import DEFAULT_LEASE_SECONDS, DEFAULT_QUIET_PERIOD, drain
 from pullqueue.migrate.report import MigrationReport
 from pullqueue.queue import Queue
-from pullqueue.registry import connect
-
-EXIT_OK = 0
-EXIT_NOT_OK = 1
-EXIT_BAD_INPUT = 2
-EXIT_ABORTED = 130
 
 
 def default_journal_path(queue: str, source_url: str, dest_url: str, dest_queue: str) -> Path:
@@ -61,8 +69,9 @@ Examples:
 
 \b
 Exit status: 0 everything moved (tasks still waiting on an ETA are listed), 1 something
-failed or is left unexplained (see the report), 2 bad input (nothing was moved), 130 a
-second SIGINT cut it short (run it again to finish).""",
+failed or is left unexplained (see the report), 2 bad input (nothing was moved), 130
+interrupted by SIGINT/SIGTERM (the report says how many tasks are left, or "unknown"; run
+the same command again to finish). With --follow a signal is the normal end: 0 or 1.""",
 )
 @click.argument("queue_name", metavar="QUEUE")
 @click.option("--from", "source_url", required=True, metavar="URL", help="The legacy queue's URL.")
@@ -72,7 +81,7 @@ second SIGINT cut it short (run it again to finish).""",
 @click.option(
     "--journal",
     "journal_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputFile(),
     help="Journal file (SQLite) that makes a rerun resume [default:"
     " ./pullqueue-migrate-QUEUE-<hash>.journal].",
 )
@@ -89,9 +98,10 @@ second SIGINT cut it short (run it again to finish).""",
 @click.option(
     "--report",
     "report_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputFile(),
     help="Also write the report as JSON to this file.",
 )
+@json_option("Print the report as JSON on stdout instead of the summary.")
 @lease_seconds_option(
     DEFAULT_LEASE_SECONDS, "Lease on each source batch; must cover writing it to the destination."
 )
@@ -135,6 +145,7 @@ def migrate(
     quiet_period: float,
     max_wait: float | None,
     show_progress: bool | None,
+    as_json: bool,
 ) -> None:
     """Drain pull queue QUEUE from the --from backend into the --to backend.
 
@@ -145,15 +156,18 @@ def migrate(
     they are reported as still waiting. Both sides are checked read-only before anything moves.
     """
     dest_queue = to_queue or queue_name
-    err = Console(stderr=True)
-    try:
-        source = Queue(queue_name, connect(source_url))
-        dest = Queue(dest_queue, connect(dest_url))
-    except Error as exc:
-        _fail(err, exc)
     journal: Path | None = None
     if not no_journal:
         journal = journal_path or default_journal_path(queue_name, source_url, dest_url, dest_queue)
+        if journal_path is None and not dry_run:
+            check_writable_file(journal, "--journal")
+    source = Queue(queue_name, connect_backend(source_url, option="--from"))
+    try:
+        dest = Queue(dest_queue, connect_backend(dest_url, option="--to"))
+    except BaseException:
+        source.backend.close()
+        raise
+    err = Console(stderr=True)
     stop = threading.Event()
     progress_on = err.is_terminal if show_progress is None else show_progress
     try:
@@ -173,7 +187,7 @@ def migrate(
                 stop=stop,
             )
     except Error as exc:
-        _fail(err, exc)
+        fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
         err.print(
             "aborted: the batch in flight was cut short; run the same command again to finish"
@@ -185,26 +199,31 @@ def migrate(
         sys.stderr.flush()
         # At once, as asked: threads still writing would hold the exit; the rerun hands their
         # leases back and counts their tasks as in doubt, as after a kill.
-        os._exit(EXIT_ABORTED)
+        os._exit(EXIT_INTERRUPTED)
     finally:
         source.backend.close()
         dest.backend.close()
-    click.echo(report.render())
+    click.echo(report.to_json() if as_json else report.render())
     if report_path is not None:
-        _write_atomically(report_path, report.to_json() + "\n")
-    sys.exit(EXIT_OK if report.ok else EXIT_NOT_OK)
-
-
-def _fail(err: Console, exc: Error) -> NoReturn:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-    sys.exit(EXIT_BAD_INPUT)
+        try:
+            _write_atomically(report_path, report.to_json() + "\n")
+        except OSError as exc:
+            fail(f"could not write the report to {str(report_path)!r}: {exc.strerror or exc}")
+    if report.interrupted:
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(EXIT_OK if report.ok else EXIT_FAILED)
 
 
 def _write_atomically(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=".report-")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 @contextmanager
@@ -254,7 +273,14 @@ def _progress_bar(
 
         def update(report: MigrationReport) -> None:
             done = report.deleted + report.gone_from_source
-            total = max(report.source_tasks_at_start or 0, done)
-            bar.update(task, completed=done, total=total or None, rate=report.tasks_per_second)
+            start = report.source_tasks_at_start or 0
+            total = start if start >= done and start > 0 else None  # else the count was wrong
+            bar.update(
+                task,
+                completed=done,
+                total=total,
+                rate=report.tasks_per_second,
+                description="interrupted" if report.interrupted else "migrating",
+            )
 
         yield update

@@ -18,12 +18,10 @@ from rich.live import Live
 from rich.table import Table
 
 from pullqueue.adapters.base import Backend
-from pullqueue.cli.base import Command, FiniteFloat, json_option, url_option
+from pullqueue.cli.base import Command, FiniteFloat, connect_backend, json_option, url_option
 from pullqueue.config import Settings
-from pullqueue.errors import ConfigurationError
 from pullqueue.monitoring import Backlog, BacklogReader, layout_subscriptions
 from pullqueue.queue import Queue
-from pullqueue.registry import connect, default_backend
 from pullqueue.task import QueueStats
 
 APPROXIMATE_NOTE = "approximate: the backend estimates these counts"
@@ -218,10 +216,7 @@ def stats(queue_name: str, url: str | None, as_json: bool, watch: bool, interval
     """
     if watch and as_json:
         raise click.UsageError("give --watch or --json, not both")
-    try:
-        backend = connect(url) if url else default_backend()
-    except ConfigurationError as exc:
-        raise click.BadParameter(str(exc), param_hint="--url") from exc
+    backend = connect_backend(url, shared=True, memory_warning=True)
     try:
         queue = Queue(queue_name, backend)
 

@@ -13,18 +13,27 @@ from typing import Any
 
 import click
 
-from pullqueue.cli.base import Command, Count, FiniteFloat, batch_size_option, lease_seconds_option
+from pullqueue.cli.base import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    Command,
+    Count,
+    FiniteFloat,
+    batch_size_option,
+    connect_backend,
+    fail,
+    lease_seconds_option,
+    url_option,
+)
 from pullqueue.errors import ConfigurationError, Error
 from pullqueue.metrics import PrometheusEndpoint, serve_prometheus
 from pullqueue.queue import Queue
-from pullqueue.registry import connect, default_backend
 from pullqueue.worker.backoff import Backoff
 from pullqueue.worker.handler import is_batch_handler, load_handler
 from pullqueue.worker.logs import configure, log_event
 from pullqueue.worker.runner import Worker
 
-EXIT_QUEUE_ERROR = 1
-EXIT_ABORTED = 130
 logger = logging.getLogger("pullqueue.worker")
 
 
@@ -61,11 +70,7 @@ it (the message says what to fix), 2 bad usage, 130 a second signal cut it short
     show_default=True,
     help="Handler calls running at once (threads).",
 )
-@click.option(
-    "--url",
-    help="Backend URL: memory://, pubsub://PROJECT, cloudtasks://PROJECT/LOCATION, appengine://"
-    " [default: env PULLQUEUE_URL, else memory://].",
-)
+@url_option()
 @click.option(
     "--exit-when-idle",
     type=FiniteFloat(0),
@@ -126,7 +131,7 @@ def work(
     try:
         handler = load_handler(handler_spec)
     except ConfigurationError as exc:
-        raise click.BadParameter(str(exc), param_hint="MODULE:FUNCTION") from exc
+        fail(f"MODULE:FUNCTION: {exc}", EXIT_USAGE)
     configure(log_format, logging.DEBUG if verbose else logging.INFO)
     endpoint = _serve_metrics(metrics_port) if metrics_port is not None else None
     try:
@@ -173,10 +178,7 @@ def _work(
     exit_when_idle: float | None,
     max_backoff: float,
 ) -> None:
-    try:
-        backend = connect(url) if url else default_backend()
-    except ConfigurationError as exc:
-        raise click.BadParameter(str(exc), param_hint="--url") from exc
+    backend = connect_backend(url, shared=True, memory_warning=True)
     try:
         queue = Queue(queue_name, backend)
     except Error as exc:
@@ -197,9 +199,8 @@ def _work(
         )
         worker.run()
     except Error as exc:
-        click.echo(f"pullqueue work: {exc}", err=True)
-        sys.exit(EXIT_QUEUE_ERROR)
+        fail(str(exc), EXIT_FAILED)
     finally:
         backend.close()
     if worker.aborted:
-        sys.exit(EXIT_ABORTED)
+        sys.exit(EXIT_INTERRUPTED)

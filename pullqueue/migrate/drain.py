@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pullqueue import limits
-from pullqueue.adapters.base import ListingBackend
+from pullqueue.adapters.base import ListingBackend, queue_identity
 from pullqueue.config import Settings
 from pullqueue.errors import (
     BadTaskStateError,
@@ -49,6 +49,7 @@ MAX_DESTINATION_FAILURES = 3
 DELETE_ATTEMPTS = 5
 EMPTY = "the source stayed empty"
 STOPPED = "stop requested"
+INTERRUPTED = "interrupted: stopped before the source was empty"
 
 ProgressCallback = Callable[[MigrationReport], None]
 _LEASE_GONE = (TaskLeaseExpiredError, TombstonedTaskError, BadTaskStateError)
@@ -239,6 +240,9 @@ class _Drain:
         try:
             self._loop()
             self._pipeline.flush()
+            if self.report.stopped == STOPPED and not self.follow:
+                self.report.interrupted = True
+                self.report.stopped = INTERRUPTED
             clean = True
         except _Stop as stop:
             self.report.error = f"{type(stop.error).__name__}: {stop.error}"
@@ -255,14 +259,11 @@ class _Drain:
         return self.report
 
     def _preflight(self) -> None:
-        same_store = self.source.backend is self.dest.backend or (
-            self.source.backend.url == self.dest.backend.url
-            and not self.source.backend.url.startswith("memory:")
-        )
-        if same_store and self.source.name == self.dest.name:
+        identity = queue_identity(self.source.backend, self.source.name)
+        if identity == queue_identity(self.dest.backend, self.dest.name):
             raise ConfigurationError(
-                "the source and the destination are the same queue; give another --to URL or"
-                " --to-queue NAME",
+                f"the source and the destination are the same queue ({identity}), however their"
+                " URLs are spelled; nothing was moved: give another --to URL or --to-queue NAME",
                 queue=self.source.name,
             )
         at_start = self._probe(self.source, "source")

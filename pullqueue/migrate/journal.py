@@ -20,7 +20,18 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 
 from pullqueue.errors import ConfigurationError
+from pullqueue.migrate.journal_check import database_damage, file_damage
 from pullqueue.task import Task
+
+OWNER_ONLY = 0o600
+"""The journal holds task names and lease tokens: readable by its owner only, like its -wal and
+-shm files (SQLite gives them the journal's mode)."""
+
+
+class JournalDamagedError(ConfigurationError):
+    """The journal file or its write-ahead log is damaged: resuming from it could re-send
+    tasks uncounted, so the migration refuses to start."""
+
 
 WRITTEN = 1
 """The destination confirmed the task and it may still be in the source: do not send it again,
@@ -152,9 +163,12 @@ class Journal:
         self._mutex = threading.RLock()
         self._lock_fd = self._lock(self.path)
         try:
+            self._refuse_damage(file_damage(self.path))
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            self._refuse_damage(database_damage(self._db))
+            _owner_only(self.path)
             self._db.executescript(_SCHEMA)
             self._upgrade()
             self._check_identity()
@@ -169,10 +183,29 @@ class Journal:
             self._release_lock()
             raise
 
+    def _refuse_damage(self, problem: str | None) -> None:
+        if problem is None:
+            return
+        raise JournalDamagedError(
+            f"journal {str(self.path)!r} is damaged: {problem}. It may have lost the record of"
+            " tasks already written, so resuming from it could send them again uncounted;"
+            " nothing was moved. Move it aside (mv it to a new name) and run the same command"
+            " again: the tasks the killed run was writing may then reach the destination twice"
+            " (nothing is lost either way)"
+        )
+
     @staticmethod
     def _lock(path: Path) -> int:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, OWNER_ONLY)
+            if os.fstat(fd).st_mode & 0o777 != OWNER_ONLY:
+                os.fchmod(fd, OWNER_ONLY)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot open the journal {str(path)!r}: {exc.strerror or exc}; give a --journal"
+                " path in a writable directory"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
@@ -486,3 +519,12 @@ class Journal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _owner_only(path: Path) -> None:
+    """Make the journal and its -wal/-shm files readable and writable by their owner only (a
+    journal from an earlier version may have been created with the umask)."""
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            if file.stat().st_mode & 0o777 != OWNER_ONLY:
+                file.chmod(OWNER_ONLY)

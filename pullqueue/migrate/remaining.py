@@ -27,7 +27,9 @@ def account_remaining(
     backend = source.backend
     now = backend.now()
     if listing and isinstance(backend, ListingBackend):
-        left = [t for t in backend.list_tasks(source.name) if t.name not in failed]
+        listed = list(backend.list_tasks(source.name))
+        report.left_in_source = len(listed)
+        left = [t for t in listed if t.name not in failed]
         future = [t for t in left if t.eta_posix and t.eta_posix > now and not t.retry_count]
         held = [t for t in left if t.eta_posix and t.eta_posix > now and t.retry_count]
         waiting = {t.name for t in future} | {t.name for t in held}
@@ -40,6 +42,7 @@ def account_remaining(
             _add(report, STOPPED_EARLY, available)
         return
     stats = source.stats()
+    report.left_in_source = None if stats.approximate else stats.tasks
     others = stats.tasks - len(failed)
     if others <= 0:
         return

@@ -110,6 +110,12 @@ class MigrationReport:
     waiting: list[Waiting] = field(default_factory=list)
     unexplained: int = 0
     """Tasks left in the source that are available now yet could not be leased."""
+    left_in_source: int | None = None
+    """Tasks still in the source when the run ended; None when the source cannot count them
+    (Pub/Sub, approximate statistics): unknown, never a guessed 0."""
+    interrupted: bool = False
+    """A stop (SIGINT, SIGTERM, drain's `stop` event) ended the run before the source was empty
+    (not with `follow`, where a stop is the normal end): run it again to finish."""
     stopped: str = ""
     error: str | None = None
     dry: DryRun | None = None
@@ -120,15 +126,22 @@ class MigrationReport:
         return self.written / self.elapsed if self.elapsed > 0 else 0.0
 
     @property
+    def left_text(self) -> str:
+        """left_in_source for people: the count, or 'unknown' where the source cannot count."""
+        return "unknown" if self.left_in_source is None else str(self.left_in_source)
+
+    @property
     def moved(self) -> int:
         """Tasks now in the destination and gone from the source thanks to this run."""
         return self.deleted
 
     @property
     def ok(self) -> bool:
-        """Nothing failed and nothing remains unexplained (waiting tasks with ETAs are fine)."""
+        """Nothing failed, nothing remains unexplained (waiting tasks with ETAs are fine) and the
+        run was not interrupted."""
         return (
             self.error is None
+            and not self.interrupted
             and self.failed == 0
             and self.unexplained == 0
             and self.not_deleted == 0
@@ -183,6 +196,7 @@ class MigrationReport:
                 lines.append(f"  NOT deleted       {self.not_deleted}  (rerun to delete them)")
             if self.unexplained:
                 lines.append(f"  UNEXPLAINED       {self.unexplained}  (left in the source)")
+            lines.append(f"  left in source    {self.left_text}")
         for wait in self.waiting:
             eta = f", oldest ETA {wait.oldest_eta}" if wait.oldest_eta else ""
             lines.append(f"  waiting: {wait.count} {wait.reason}{eta}")
@@ -192,6 +206,16 @@ class MigrationReport:
             lines.append(f"  ... {self.failed - 10} more failures (see --report)")
         if self.error:
             lines.append(f"  error: {self.error}")
+        if self.interrupted:
+            left = (
+                "an unknown number of tasks (the source cannot count them)"
+                if self.left_in_source is None
+                else f"{self.left_in_source} tasks"
+            )
+            lines.append(
+                f"  INTERRUPTED       {left} left in the source; run the same command again to"
+                " finish"
+            )
         lines.append(f"  stopped: {self.stopped}" + ("" if self.ok else "  [NOT OK]"))
         return "\n".join(lines)
 

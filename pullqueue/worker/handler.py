@@ -55,13 +55,24 @@ def load_handler(spec: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise ConfigurationError(
-                f"cannot import module {module_name!r} for handler {spec!r}: run from the"
-                " directory that contains it or install its package"
+                f"cannot import module {module_name!r} for handler {spec!r}: no module named"
+                f" {exc.name!r}; run from the directory that contains it or install its package"
             ) from exc
         raise ConfigurationError(
             f"module {module_name!r} imports {exc.name!r}, which is not installed: {exc}"
+        ) from exc
+    except SyntaxError as exc:
+        where = f" ({exc.filename}, line {exc.lineno})" if exc.filename else ""
+        raise ConfigurationError(
+            f"cannot import module {module_name!r} for handler {spec!r}: SyntaxError:"
+            f" {exc.msg}{where}"
+        ) from exc
+    except Exception as exc:
+        raise ConfigurationError(
+            f"cannot import module {module_name!r} for handler {spec!r}: it raised"
+            f" {type(exc).__name__}: {exc}"
         ) from exc
     target: Any = module
     for part in attr.split("."):

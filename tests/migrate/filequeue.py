@@ -8,6 +8,7 @@ several processes share; `tests.migrate.plugin` registers it through PULLQUEUE_P
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -53,6 +54,12 @@ class FileQueueBackend:
 
     def now(self) -> float:
         return time.time()
+
+    def queue_identity(self, queue: str) -> str:
+        """The file itself (device and inode) and the queue: the same however the path is
+        spelled (`/./`, `//`, `sub/../`, a symlinked directory, a hard link)."""
+        found = os.stat(self.path)
+        return f"filequeue://{found.st_dev}:{found.st_ino}/{queue}"
 
     def _tx(self) -> _Transaction:
         return _Transaction(self._db, self._lock)

@@ -298,11 +298,12 @@ def test_stop_during_the_destination_write_finishes_the_batch_and_stops() -> Non
     source, dest = queues(dest_backend=Hooked(add=stop_midway))
     fill(source, 2500)
     report = drain(source, dest, stop=stop, **FAST)
-    assert report.stopped == "stop requested"
+    assert report.stopped.startswith("interrupted") and report.interrupted
     # the batch being written when the stop came, and the one leased meanwhile, complete
     assert report.written == report.deleted and report.written in (1000, 2000)
     assert source.stats().tasks == 2500 - report.written and source.stats().leased == 0
-    assert report.ok and report.still_waiting == 2500 - report.written  # explained: stopped
+    assert report.still_waiting == report.left_in_source == 2500 - report.written
+    assert not report.ok  # interrupted: the source is not empty, run it again
 
 
 def test_stop_while_the_destination_is_failing_releases_what_was_not_written() -> None:

@@ -178,7 +178,7 @@ def test_a_queue_error_exits_1_with_the_message(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(MemoryBackend, "lease", refuse)
     result = CliRunner().invoke(cli, ["work", "jobs", "json:dumps", "--url", "memory://"])
     assert result.exit_code == 1
-    assert "pullqueue work: queue 'jobs': grant roles/pubsub.subscriber" in result.output
+    assert "Error: queue 'jobs': grant roles/pubsub.subscriber" in result.output
 
 
 def test_stats_reports_tasks_and_leases(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -732,6 +732,10 @@ class PubSubBackend:
             whole_queue=False,
         )
 
+    def queue_identity(self, queue: str) -> str:
+        """The queue's topic (prefix included): what every spelling of the URL reaches."""
+        return f"pubsub://projects/{self.project}/topics/{self.settings.pubsub_prefix}{queue}"
+
     def close(self) -> None:
         """Stop the keeper and give back every lease and held task this process still has."""
         if self._closed:

@@ -1,0 +1,91 @@
+"""`pullqueue work` and friends as a user meets them: a handler that does not import, a Pub/Sub
+emulator that is not running, and memory:// where a shared queue was meant."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli.support import clean_env, one_error_line, run
+from tests.support.emulators import free_port
+
+HANDLERS = {
+    "raises.py": "raise RuntimeError('the database is down')\n\ndef handle(task):\n    pass\n",
+    "broken.py": "def handle(task)\n    pass\n",
+    "badname.py": "from os import no_such_name\n\ndef handle(task):\n    pass\n",
+    "needs.py": "import no_such_dependency\n\ndef handle(task):\n    pass\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("spec", "wanted"),
+    [
+        ("nosuchmodule:handle", ["'nosuchmodule'", "no module named 'nosuchmodule'"]),
+        ("nosuchpkg.tasks:handle", ["'nosuchpkg.tasks'", "no module named 'nosuchpkg'"]),
+        ("raises:handle", ["'raises'", "RuntimeError: the database is down"]),
+        ("broken:handle", ["'broken'", "SyntaxError", "broken.py, line 1"]),
+        ("badname:handle", ["'badname'", "ImportError", "no_such_name"]),
+        ("needs:handle", ["'needs'", "'no_such_dependency', which is not installed"]),
+    ],
+)
+def test_a_handler_that_does_not_import_is_one_line_naming_the_module_and_the_cause(
+    tmp_path: Path, spec: str, wanted: list[str]
+) -> None:
+    for name, text in HANDLERS.items():
+        (tmp_path / name).write_text(text)
+    done = run("work", "jobs", spec, "--exit-when-idle", "0", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done.stderr)
+    for part in wanted:
+        assert part in line, line
+
+
+def test_debug_shows_the_traceback_of_a_handler_import(tmp_path: Path) -> None:
+    (tmp_path / "raises.py").write_text(HANDLERS["raises.py"])
+    done = run("work", "jobs", "raises:handle", "--debug", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "Traceback" in done.stderr and "raise RuntimeError" in done.stderr
+    assert done.stderr.rstrip().splitlines()[-1].startswith("Error: ")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["stats", "jobs", "--url", "pubsub://my-project"],
+        ["work", "jobs", "json:dumps", "--url", "pubsub://my-project"],
+        ["migrate", "jobs", "--from", "pubsub://my-project", "--to", "memory://", "--dry-run"],
+        ["stats", "jobs"],  # the URL from PULLQUEUE_URL
+    ],
+)
+def test_a_dead_emulator_is_named_in_one_line_within_seconds(
+    tmp_path: Path, args: list[str]
+) -> None:
+    host = f"127.0.0.1:{free_port()}"  # nothing listens there
+    started = time.monotonic()
+    done = run(
+        *args,
+        cwd=tmp_path,
+        env=clean_env(PUBSUB_EMULATOR_HOST=host, PULLQUEUE_URL="pubsub://my-project"),
+        timeout=60,
+    )
+    assert time.monotonic() - started < 30
+    assert done.returncode == 1, done.stderr
+    line = one_error_line(done.stderr)
+    assert f"cannot reach the Pub/Sub emulator at {host}; is it running?" in line
+    assert "UNAVAILABLE" not in done.stderr and "failed to connect" not in done.stderr.lower()
+
+
+@pytest.mark.parametrize(
+    "args", [["stats", "jobs"], ["work", "jobs", "json:dumps", "--exit-when-idle", "0"]]
+)
+def test_memory_on_the_command_line_warns_that_it_lives_in_this_process_only(
+    tmp_path: Path, args: list[str]
+) -> None:
+    done = run(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Warning: memory:// lives in this process only" in done.stderr
+    assert "--url pubsub://PROJECT" in done.stderr
+    shared = run(*args, "--url", "memory://", cwd=tmp_path)
+    assert "Warning: memory://" in shared.stderr
