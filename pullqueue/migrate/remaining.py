@@ -42,7 +42,7 @@ def account_remaining(
             _add(report, STOPPED_EARLY, available)
         return
     stats = source.stats()
-    report.left_in_source = None if stats.approximate else stats.tasks
+    report.left_in_source = stats.tasks if stats.whole_queue else None
     others = stats.tasks - len(failed)
     if others <= 0:
         return

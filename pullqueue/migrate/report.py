@@ -111,8 +111,8 @@ class MigrationReport:
     unexplained: int = 0
     """Tasks left in the source that are available now yet could not be leased."""
     left_in_source: int | None = None
-    """Tasks still in the source when the run ended; None when the source cannot count them
-    (Pub/Sub, approximate statistics): unknown, never a guessed 0."""
+    """Tasks still in the source when the run ended (the legacy queue's estimate where it only
+    estimates); None when the source cannot count them (Pub/Sub): unknown, never a guessed 0."""
     interrupted: bool = False
     """A stop (SIGINT, SIGTERM, drain's `stop` event) ended the run before the source was empty
     (not with `follow`, where a stop is the normal end): run it again to finish."""

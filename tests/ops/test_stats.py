@@ -58,7 +58,7 @@ def test_memory_default_backend_counts_what_this_process_added(
     finally:
         reset_default_backends()
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert (data["tasks"], data["leased"], data["whole_queue"]) == (3, 1, True)
 
 
@@ -107,7 +107,7 @@ def test_with_monitoring_the_backlog_is_real(
             cli, ["stats", pubsub_queue, "--url", URL], env={"COLUMNS": "200"}
         )
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["tasks"] == 7 and data["leased"] is None and data["approximate"] is True
     monitoring = data["monitoring"]
     assert monitoring["available"] is True

@@ -190,7 +190,7 @@ def test_stats_reports_tasks_and_leases(monkeypatch: pytest.MonkeyPatch) -> None
         queue.lease(60, 1)
         result = CliRunner().invoke(cli, ["stats", "stats-me", "--json"])
         assert result.exit_code == 0, result.output
-        data = json.loads(result.output)
+        data = json.loads(result.stdout)
         assert (data["backend"], data["tasks"], data["leased"]) == ("memory://", 3, 1)
         table = CliRunner().invoke(cli, ["stats", "stats-me"])
         assert "tasks" in table.output and "leased" in table.output
