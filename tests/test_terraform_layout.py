@@ -444,6 +444,37 @@ def test_iam_is_least_privilege() -> None:
     assert unquote(viewer["role"]) == "roles/pubsub.viewer"
     assert "if var.grant_worker_subscription_viewer" in unquote(viewer["for_each"])
     assert unquote(viewer["subscription"]) == "google_pubsub_subscription.pull[each.key].name"
+    # Workers publish only to their own queue's topic (republishing a task deferred to a far ETA)
+    # and its dead-letter topic (setting aside a message they cannot serve), never elsewhere.
+    worker_publish = {
+        key: (unquote(body["topic"]), unquote(body["for_each"]))
+        for key, body in iam.items()
+        if unquote(body["member"]) == "serviceAccount:${var.worker_service_account}"
+        and unquote(body["role"]) == "roles/pubsub.publisher"
+    }
+    assert worker_publish == {
+        ("google_pubsub_topic_iam_member", "worker_republish"): (
+            "google_pubsub_topic.queue[each.key].name",
+            "var.grant_worker_publisher ? local.layout : {}",
+        ),
+        ("google_pubsub_topic_iam_member", "worker_set_aside"): (
+            "google_pubsub_topic.dead_letter[each.key].name",
+            "var.grant_worker_publisher ? local.layout : {}",
+        ),
+    }
+    worker_roles = {
+        (key[0], unquote(body["role"]))
+        for key, body in iam.items()
+        if "var.worker_service_account" in unquote(body["member"])
+    }
+    assert worker_roles == {
+        ("google_pubsub_subscription_iam_member", "roles/pubsub.subscriber"),
+        ("google_pubsub_subscription_iam_member", "roles/pubsub.viewer"),
+        ("google_pubsub_topic_iam_member", "roles/pubsub.publisher"),
+    }
+    granted = variables(MODULE / "variables.tf")["grant_worker_publisher"]
+    assert unquote(granted["type"]) == "bool"
+    assert granted["default"] is True
     assert {role for role, _, _ in grants.values()} == {
         "roles/pubsub.publisher",
         "roles/pubsub.subscriber",

@@ -118,7 +118,7 @@ class Fleet:
             self.started += 1
             stderr = open(self.directory / f"worker-{self.started}.log", "wb")  # noqa: SIM115
             command = [PULLQUEUE, "work", self.queue, self.handler]
-            command += ["--url", f"pubsub://{self.project}", "--lease", str(LEASE_SECONDS)]
+            command += ["--url", f"pubsub://{self.project}", "--lease-seconds", str(LEASE_SECONDS)]
             process = subprocess.Popen(
                 [*command, *self.options],
                 cwd=ROOT,

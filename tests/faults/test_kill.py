@@ -34,7 +34,7 @@ def test_workers_killed_at_random_lose_no_task(emulator: str, tmp_path: Path) ->
         "drain",
         tmp_path,
         emulator,
-        options=("--batch", str(BATCH), "--concurrency", str(CONCURRENCY)),
+        options=("--batch-size", str(BATCH), "--concurrency", str(CONCURRENCY)),
     )
     started = time.time()
     fleet.start(WORKERS)

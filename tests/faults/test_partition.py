@@ -44,7 +44,7 @@ def test_a_cut_connection_loses_no_task_and_work_resumes(
         tmp_path,
         proxy.address,
         handler="tests.faults.handlers:slow",
-        options=("--batch", "20", "--concurrency", "4"),
+        options=("--batch-size", "20", "--concurrency", "4"),
         environment={"FAULTS_HANDLER_SECONDS": "0.02"},
     )
     fleet.start(WORKERS)

@@ -17,16 +17,15 @@ from typing import Any
 from urllib.parse import SplitResult
 
 from pullqueue.adapters.pubsub.keeper import LeaseKeeper
-from pullqueue.adapters.pubsub.layout import ATTR_ETA, QueueLayout
+from pullqueue.adapters.pubsub.layout import QueueLayout
 from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
 from pullqueue.adapters.pubsub.provision import Provisioner, QueueTopology
+from pullqueue.adapters.pubsub.republish import Republisher
 from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PARALLEL_PULLS, PubSubRpc
 from pullqueue.adapters.pubsub.wire import (
     Delivery,
-    PubsubMessagePb,
     decode,
     encode,
-    format_eta,
     new_task_name,
 )
 from pullqueue.config import Settings
@@ -95,6 +94,7 @@ class PubSubBackend:
             self.rpc, settings, settings.auto_create if auto_create is None else auto_create
         )
         self._book = LeaseBook()
+        self._republisher = Republisher(self.rpc, self._book)
         self._keeper = LeaseKeeper(
             self._book, self._renew, self._release_held, settings.pubsub_keeper_period
         )
@@ -328,12 +328,18 @@ class PubSubBackend:
         foreign: list[str] = []
         deferred: dict[int, list[Delivery]] = defaultdict(list)
         renew: list[Delivery] = []
+        aside: list[Delivery] = []
         ready: list[Delivery] = []
         for item in received:
             if not rule.serves(item.message.attributes):
                 foreign.append(item.ack_id)
                 continue
             delivery = decode(source, item, pulled_at)
+            for note in delivery.ignored:
+                log.warning("queue %r: message %s: %s", queue, delivery.message_id, note)
+            if delivery.set_aside is not None:
+                aside.append(delivery)
+                continue
             if delivery.eta is not None and delivery.eta > now:
                 if self._near_limits(topology, delivery, now):
                     renew.append(delivery)
@@ -345,11 +351,16 @@ class PubSubBackend:
         if foreign:
             # Stale ids are copies that went back to the subscription: dropped next time.
             self.rpc.ack(source, foreign, queue=queue)
+        if aside:
+            self._republisher.set_aside(queue, topology, aside)
+        if renew:
+            # Without publish rights they are deferred in place, as if not near a limit.
+            for delivery in self._republisher.renew(queue, topology, renew):
+                wait_s = min((delivery.eta or now) - now, self.settings.pubsub_max_deferral)
+                deferred[max(math.ceil(wait_s), 0)].append(delivery)
         for seconds, deliveries in deferred.items():
             self.rpc.modify(source, [d.ack_id for d in deliveries], seconds, queue=queue)
             self._book.skipped(deliveries)
-        if renew:
-            self._republish(queue, topology, renew)
         if failure is not None:
             # Another pull of this round failed: keep what came for the next call, then say so.
             self._hold(queue, topology, ready)
@@ -363,31 +374,6 @@ class PubSubBackend:
         age = now - delivery.published
         hidden = self.settings.pubsub_max_deferral + self.settings.pubsub_hold_seconds
         return age + hidden >= topology.retention - min(RETENTION_RESERVE, topology.retention / 4)
-
-    def _republish(self, queue: str, topology: QueueTopology, deliveries: list[Delivery]) -> None:
-        """Publish fresh copies of tasks that were never handed out, then ack the old messages.
-
-        The copy keeps the name, tag, payload and order (its eta is the original ETA or publish
-        time), and starts again at delivery attempt 1, far from the dead-letter limit.
-        """
-        messages = []
-        for delivery in deliveries:
-            attributes = dict(delivery.attributes)
-            attributes[ATTR_ETA] = format_eta(delivery.order)
-            messages.append(PubsubMessagePb(data=delivery.payload, attributes=attributes))
-        self.rpc.publish(topology.topic, messages, queue=queue)
-        by_source: dict[str, list[str]] = defaultdict(list)
-        for delivery in deliveries:
-            by_source[delivery.subscription].append(delivery.ack_id)
-        for source, ack_ids in by_source.items():
-            stale = self.rpc.ack(source, ack_ids, queue=queue)
-            if stale:
-                log.warning(
-                    "queue %r: %d republished tasks were taken back by Pub/Sub before their old"
-                    " copy was acknowledged; they will be delivered twice",
-                    queue,
-                    len(stale),
-                )
 
     def _hold(self, queue: str, topology: QueueTopology, deliveries: list[Delivery]) -> None:
         """Keep deliveries for this process's next lease calls; release what does not fit."""
@@ -413,7 +399,7 @@ class PubSubBackend:
         for delivery in deliveries:
             (renew if self._near_limits(topology, delivery, now) else back).append(delivery)
         if renew:
-            self._republish(queue, topology, renew)
+            back += self._republisher.renew(queue, topology, renew)
         by_source: dict[str, list[Delivery]] = defaultdict(list)
         for delivery in back:
             by_source[delivery.subscription].append(delivery)

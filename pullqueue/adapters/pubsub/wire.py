@@ -14,11 +14,21 @@ from dataclasses import dataclass
 
 from google.pubsub_v1.types import pubsub as pubsub_types
 
+from pullqueue import limits
 from pullqueue.adapters.pubsub.layout import ATTR_ETA, ATTR_TAG, ATTR_TASK_NAME
 from pullqueue.task import Task
 
 ATTR_RETRY_LIMIT = "retry_limit"
 """Optional attribute: the legacy task_retry_limit (absent when the task has none)."""
+
+ATTR_SET_ASIDE = "pullqueue_set_aside"
+"""Added to a message set aside on the dead-letter topic: why no worker could serve it."""
+
+MAX_RETRY_LIMIT = 2**31 - 1
+"""The largest retry_limit read (the legacy field is a 32-bit integer); above it, no limit."""
+
+_TASK_NAME = re.compile(rf"[a-zA-Z0-9_-]{{1,{limits.MAX_TASK_NAME_LENGTH}}}")
+_RETRY_LIMIT = re.compile(r"[0-9]{1,10}")
 
 PubsubMessagePb = pubsub_types.PubsubMessage.pb()
 """The raw protobuf class of a Pub/Sub message (no proto-plus wrapping on the hot path)."""
@@ -114,6 +124,10 @@ class Delivery:
     attributes: Mapping[str, str]
     pulled_at: float
     """Local time just before the pull that brought it: its ack deadline runs from after this."""
+    ignored: tuple[str, ...] = ()
+    """Why attributes of a foreign publisher's message were ignored (each logged once a pull)."""
+    set_aside: str | None = None
+    """Why no worker may be handed the message (it goes to the dead-letter topic), or None."""
 
     @property
     def order(self) -> float:
@@ -121,29 +135,70 @@ class Delivery:
         return self.eta if self.eta is not None else self.published
 
 
+def shown(value: str, limit: int = 60) -> str:
+    """A foreign attribute value for a log line: escaped (no control character) and cut short."""
+    text = ascii(value[:limit])
+    return text + f" ({len(value)} characters)" if len(value) > limit else text
+
+
 def decode(subscription: str, received: object, pulled_at: float) -> Delivery:
     """A ReceivedMessage protobuf as a Delivery; messages from other publishers are accepted.
 
-    A message without task_name is named after its message id; an eta that is not RFC 3339 is
-    ignored (the task is available at once) rather than the task being lost.
+    Attributes are checked as the legacy API checked them, so a foreign publisher cannot hand a
+    worker what `Queue.add` would refuse (docs/pubsub.md, wire format): a missing or invalid
+    task_name becomes pubsub-MESSAGE_ID, an eta that is not RFC 3339 and a retry_limit that is
+    not a whole number are ignored (the task is available at once, without a limit), and a tag
+    over the legacy 500 bytes sets the message aside, since serving it untagged would mix it
+    into another tag's batches.
     """
     message = received.message  # type: ignore[attr-defined]
     attributes = message.attributes
-    name = attributes.get(ATTR_TASK_NAME) or f"pubsub-{message.message_id}"
+    message_id = message.message_id
+    ignored: list[str] = []
+    name = attributes.get(ATTR_TASK_NAME)
+    if name is None or not _TASK_NAME.fullmatch(name):
+        fallback = f"pubsub-{message_id}"
+        if name is not None:
+            ignored.append(
+                f"task_name {shown(name)} is not a task name ([a-zA-Z0-9_-], 1 to"
+                f" {limits.MAX_TASK_NAME_LENGTH} characters): the task is named {fallback}"
+            )
+        name = fallback
     eta_text = attributes.get(ATTR_ETA)
+    eta = parse_eta(eta_text) if eta_text else None
+    if eta_text and eta is None:
+        ignored.append(f"eta {shown(eta_text)} is not RFC 3339: the task is available now")
     limit_text = attributes.get(ATTR_RETRY_LIMIT)
+    retry_limit = None
+    if limit_text is not None:
+        if _RETRY_LIMIT.fullmatch(limit_text) and int(limit_text) <= MAX_RETRY_LIMIT:
+            retry_limit = int(limit_text)
+        else:
+            ignored.append(
+                f"retry_limit {shown(limit_text)} is not a whole number from 0 to"
+                f" {MAX_RETRY_LIMIT}: the task has no retry limit"
+            )
+    tag = attributes.get(ATTR_TAG)
+    set_aside = None
+    if tag is not None and len(tag.encode("utf-8")) > limits.MAX_TAG_LENGTH:
+        set_aside = (
+            f"tag of {len(tag.encode('utf-8'))} bytes (over the {limits.MAX_TAG_LENGTH}-byte"
+            " limit): no worker can lease it by tag"
+        )
     stamp = message.publish_time
     return Delivery(
         subscription=subscription,
         ack_id=received.ack_id,  # type: ignore[attr-defined]
-        message_id=message.message_id,
+        message_id=message_id,
         name=name,
         payload=message.data,
-        tag=attributes.get(ATTR_TAG),
-        eta=parse_eta(eta_text) if eta_text else None,
+        tag=tag,
+        eta=eta,
         published=stamp.seconds + stamp.nanos / 1e9,
         attempt=received.delivery_attempt,  # type: ignore[attr-defined]
-        retry_limit=int(limit_text) if limit_text and limit_text.isdigit() else None,
+        retry_limit=retry_limit,
         attributes=attributes,
         pulled_at=pulled_at,
+        ignored=tuple(ignored),
+        set_aside=set_aside,
     )

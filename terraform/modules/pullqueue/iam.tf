@@ -1,6 +1,7 @@
 # Least-privilege IAM, every grant on one resource and additive (iam_member): the publisher may
-# publish to the queues' topics, the workers may pull from their subscriptions, and the Pub/Sub
-# service agent gets exactly what dead-lettering and CMEK need.
+# publish to the queues' topics, the workers may pull from their subscriptions and publish to
+# their own queue's two topics, and the Pub/Sub service agent gets exactly what dead-lettering
+# and CMEK need.
 
 resource "google_pubsub_topic_iam_member" "publisher" {
   for_each = local.layout
@@ -18,6 +19,28 @@ resource "google_pubsub_subscription_iam_member" "worker" {
   subscription = google_pubsub_subscription.pull[each.key].name
   role         = "roles/pubsub.subscriber"
   member       = "serviceAccount:${var.worker_service_account}"
+}
+
+# Workers publish too: a task hidden until a far ETA is republished before Pub/Sub would
+# dead-letter it or its retention would run out, and a message whose attributes no worker may
+# serve (a foreign publisher's) is set aside on the dead-letter topic. Only the worker's own
+# queue's topic and dead-letter topic; off, the adapter works on and logs what it cannot do.
+resource "google_pubsub_topic_iam_member" "worker_republish" {
+  for_each = var.grant_worker_publisher ? local.layout : {}
+
+  project = var.project_id
+  topic   = google_pubsub_topic.queue[each.key].name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${var.worker_service_account}"
+}
+
+resource "google_pubsub_topic_iam_member" "worker_set_aside" {
+  for_each = var.grant_worker_publisher ? local.layout : {}
+
+  project = var.project_id
+  topic   = google_pubsub_topic.dead_letter[each.key].name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${var.worker_service_account}"
 }
 
 # Opt-in: lets the adapter read its subscriptions to verify the filter and exactly-once delivery

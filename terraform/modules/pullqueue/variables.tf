@@ -131,13 +131,19 @@ variable "publisher_service_account" {
 }
 
 variable "worker_service_account" {
-  description = "Email of the service account the workers run as; it gets roles/pubsub.subscriber on each queue's worker and declared-tag subscriptions and nothing else."
+  description = "Email of the service account the workers run as; it gets roles/pubsub.subscriber on each queue's worker and declared-tag subscriptions, roles/pubsub.publisher on each queue's topic and dead-letter topic (grant_worker_publisher), and nothing else."
   type        = string
 
   validation {
     condition     = can(regex("^[a-zA-Z0-9._-]+@[a-z0-9.-]+\\.gserviceaccount\\.com$", var.worker_service_account))
     error_message = "worker_service_account must be a service account email (NAME@PROJECT.iam.gserviceaccount.com, or PROJECT@appspot.gserviceaccount.com for App Engine's default account)."
   }
+}
+
+variable "grant_worker_publisher" {
+  description = "Grant the worker roles/pubsub.publisher on its queue's topic (to republish a task deferred to a far ETA before it is dead-lettered) and on its dead-letter topic (to set aside a message with attributes it cannot serve). Without it the worker keeps running and logs what it could not publish (docs/pubsub.md, Workers that may not publish)."
+  type        = bool
+  default     = true
 }
 
 variable "grant_worker_subscription_viewer" {

@@ -1,0 +1,132 @@
+"""Publishing by workers: fresh copies of tasks kept back too long, and messages set aside.
+
+A worker republishes a task hidden until a far ETA before Pub/Sub would dead-letter it, and moves
+a foreign message it may not serve to the dead-letter topic. Both need roles/pubsub.publisher;
+without it the worker keeps running, falls back to what needs no publish and says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+
+from pullqueue.adapters.pubsub.layout import ATTR_ETA
+from pullqueue.adapters.pubsub.leases import LeaseBook
+from pullqueue.adapters.pubsub.provision import QueueTopology
+from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PubSubRpc
+from pullqueue.adapters.pubsub.wire import ATTR_SET_ASIDE, Delivery, PubsubMessagePb, format_eta
+from pullqueue.errors import NotProvisionedError, PermissionDeniedError
+
+log = logging.getLogger(__name__)
+
+DENIED = (PermissionDeniedError, NotProvisionedError)
+"""Publish failures a retry will not cure: the worker falls back instead of stopping."""
+
+GRANT_HINT = (
+    "grant the worker's service account roles/pubsub.publisher on its queue's topic and"
+    " dead-letter topic (the Terraform module does unless grant_worker_publisher = false)"
+)
+
+
+class Republisher:
+    """Publishes on the workers' behalf and acknowledges the originals once the copies exist."""
+
+    def __init__(self, rpc: PubSubRpc, book: LeaseBook) -> None:
+        self.rpc = rpc
+        self._book = book
+
+    def renew(
+        self, queue: str, topology: QueueTopology, deliveries: Sequence[Delivery]
+    ) -> list[Delivery]:
+        """Publish fresh copies of tasks that were never handed out, then ack the old messages.
+
+        The copy keeps the name, tag, payload and order (its eta is the original ETA or publish
+        time) and starts again at delivery attempt 1, far from the dead-letter limit. Returns the
+        deliveries that could not be republished because publishing is denied: the caller gives
+        them back as they are, and they keep using up delivery attempts.
+        """
+        messages = []
+        for delivery in deliveries:
+            attributes = dict(delivery.attributes)
+            attributes[ATTR_ETA] = format_eta(delivery.order)
+            messages.append(PubsubMessagePb(data=delivery.payload, attributes=attributes))
+        try:
+            self.rpc.publish(topology.topic, messages, queue=queue)
+        except DENIED as exc:
+            log.warning(
+                "queue %r: cannot republish %d task(s) kept back for a later ETA (%s); they are"
+                " given back as they are and are dead-lettered after %d deliveries if their ETA"
+                " is still ahead: %s",
+                queue,
+                len(deliveries),
+                exc.message,
+                topology.max_attempts,
+                GRANT_HINT,
+            )
+            return list(deliveries)
+        self._ack_originals(queue, deliveries, "republished")
+        return []
+
+    def set_aside(
+        self, queue: str, topology: QueueTopology, deliveries: Sequence[Delivery]
+    ) -> None:
+        """Move messages no worker may be handed to the queue's dead-letter topic.
+
+        The copy keeps the data and attributes and adds `pullqueue_set_aside` (the reason). When
+        publishing is denied, the message is hidden for the longest ack deadline instead, so it
+        stays out of the workers' way until Pub/Sub's own dead-letter policy moves it.
+        """
+        topic = self.rpc.topic_path(topology.layout.dead_letter_topic_id)
+        messages = []
+        for delivery in deliveries:
+            attributes = dict(delivery.attributes)
+            attributes[ATTR_SET_ASIDE] = delivery.set_aside or ""
+            messages.append(PubsubMessagePb(data=delivery.payload, attributes=attributes))
+        try:
+            self.rpc.publish(topic, messages, queue=queue)
+        except DENIED as exc:
+            by_source: dict[str, list[str]] = defaultdict(list)
+            for delivery in deliveries:
+                by_source[delivery.subscription].append(delivery.ack_id)
+                log.warning(
+                    "queue %r: message %s is not served (%s) and cannot be set aside on %s (%s);"
+                    " it is hidden for %d s at a time until Pub/Sub dead-letters it after %d"
+                    " deliveries: %s",
+                    queue,
+                    delivery.message_id,
+                    delivery.set_aside,
+                    topic,
+                    exc.message,
+                    MAX_ACK_DEADLINE,
+                    topology.max_attempts,
+                    GRANT_HINT,
+                )
+            for source, ack_ids in by_source.items():
+                self.rpc.modify(source, ack_ids, MAX_ACK_DEADLINE, queue=queue)
+            self._book.skipped(list(deliveries))
+            return
+        for delivery in deliveries:
+            log.warning(
+                "queue %r: message %s set aside on %s, not served: %s",
+                queue,
+                delivery.message_id,
+                topic,
+                delivery.set_aside,
+            )
+        self._ack_originals(queue, deliveries, "set aside")
+
+    def _ack_originals(self, queue: str, deliveries: Sequence[Delivery], done: str) -> None:
+        by_source: dict[str, list[str]] = defaultdict(list)
+        for delivery in deliveries:
+            by_source[delivery.subscription].append(delivery.ack_id)
+        for source, ack_ids in by_source.items():
+            stale = self.rpc.ack(source, ack_ids, queue=queue)
+            if stale:
+                log.warning(
+                    "queue %r: %d %s messages were taken back by Pub/Sub before their old copy"
+                    " was acknowledged; they will be delivered twice",
+                    queue,
+                    len(stale),
+                    done,
+                )
