@@ -57,7 +57,7 @@ def test_hostile_messages_do_not_stop_the_worker(emulator: str, tmp_path: Path) 
 
     logs = fleet.logs()
     for payload, message_id in ids.items():
-        assert f"message {message_id}" in logs, f"no warning names {payload}'s message"
+        assert f"message_id={message_id} " in logs, f"no warning names {payload}'s message"
     assert "\x1b" not in logs
     assert "\nevent=forged" not in logs
     dead = subscriber.pull(

@@ -112,7 +112,8 @@ def test_a_hostile_attribute_is_ignored_and_the_task_served(
     else:
         assert foreign == HOSTILE[case].get("task_name", f"pubsub-{message_id}")
     logged = log_text(caplog)
-    assert f"message {message_id}:" in logged
+    assert "event=foreign_attribute_ignored" in logged
+    assert f"message_id={message_id} " in logged
     assert_no_control_characters(logged)
     # Deleted: nothing comes back, and a retry_limit ignored did not expire the task unserved.
     assert Queue("hostile", backend).lease(60, 100) == []
@@ -140,7 +141,7 @@ def test_an_unservable_message_is_set_aside_on_the_dead_letter_topic(
 
     assert sorted(payload for _, _, payload in served) == [b"after", b"before"]
     logged = log_text(caplog)
-    assert f"message {message_id} set aside" in logged
+    assert f"event=set_aside queue=hostile message_id={message_id} " in logged
     assert_no_control_characters(logged)
     dead = backend.rpc.subscription_path(topology.layout.dead_letter_subscription_id)
     (moved,) = raw_pull(raw[1], dead)

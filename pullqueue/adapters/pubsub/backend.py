@@ -37,6 +37,7 @@ from pullqueue.errors import (
     TombstonedTaskError,
 )
 from pullqueue.task import QueueStats, Task
+from pullqueue.worker.logs import log_event
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +337,14 @@ class PubSubBackend:
                 continue
             delivery = decode(source, item, pulled_at)
             for note in delivery.ignored:
-                log.warning("queue %r: message %s: %s", queue, delivery.message_id, note)
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "foreign_attribute_ignored",
+                    queue=queue,
+                    message_id=delivery.message_id,
+                    detail=note,
+                )
             if delivery.set_aside is not None:
                 aside.append(delivery)
                 continue

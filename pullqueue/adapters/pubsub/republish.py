@@ -17,6 +17,7 @@ from pullqueue.adapters.pubsub.provision import QueueTopology
 from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PubSubRpc
 from pullqueue.adapters.pubsub.wire import ATTR_SET_ASIDE, Delivery, PubsubMessagePb, format_eta
 from pullqueue.errors import NotProvisionedError, PermissionDeniedError
+from pullqueue.worker.logs import log_event
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +55,16 @@ class Republisher:
         try:
             self.rpc.publish(topology.topic, messages, queue=queue)
         except DENIED as exc:
-            log.warning(
-                "queue %r: cannot republish %d task(s) kept back for a later ETA (%s); they are"
-                " given back as they are and are dead-lettered after %d deliveries if their ETA"
-                " is still ahead: %s",
-                queue,
-                len(deliveries),
-                exc.message,
-                topology.max_attempts,
-                GRANT_HINT,
+            log_event(
+                log,
+                logging.WARNING,
+                "republish_denied",
+                queue=queue,
+                tasks=len(deliveries),
+                topic=topology.topic,
+                error=exc.message,
+                next=f"given back as they are: dead-lettered after {topology.max_attempts}"
+                f" deliveries if their ETA is still ahead; {GRANT_HINT}",
             )
             return list(deliveries)
         self._ack_originals(queue, deliveries, "republished")
@@ -89,30 +91,32 @@ class Republisher:
             by_source: dict[str, list[str]] = defaultdict(list)
             for delivery in deliveries:
                 by_source[delivery.subscription].append(delivery.ack_id)
-                log.warning(
-                    "queue %r: message %s is not served (%s) and cannot be set aside on %s (%s);"
-                    " it is hidden for %d s at a time until Pub/Sub dead-letters it after %d"
-                    " deliveries: %s",
-                    queue,
-                    delivery.message_id,
-                    delivery.set_aside,
-                    topic,
-                    exc.message,
-                    MAX_ACK_DEADLINE,
-                    topology.max_attempts,
-                    GRANT_HINT,
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "set_aside_denied",
+                    queue=queue,
+                    message_id=delivery.message_id,
+                    reason=delivery.set_aside,
+                    topic=topic,
+                    error=exc.message,
+                    next=f"not served; hidden {MAX_ACK_DEADLINE} s at a time until Pub/Sub"
+                    f" dead-letters it after {topology.max_attempts} deliveries; {GRANT_HINT}",
                 )
             for source, ack_ids in by_source.items():
                 self.rpc.modify(source, ack_ids, MAX_ACK_DEADLINE, queue=queue)
             self._book.skipped(list(deliveries))
             return
         for delivery in deliveries:
-            log.warning(
-                "queue %r: message %s set aside on %s, not served: %s",
-                queue,
-                delivery.message_id,
-                topic,
-                delivery.set_aside,
+            log_event(
+                log,
+                logging.WARNING,
+                "set_aside",
+                queue=queue,
+                message_id=delivery.message_id,
+                reason=delivery.set_aside,
+                topic=topic,
+                next="not served; read it from the dead-letter subscription",
             )
         self._ack_originals(queue, deliveries, "set aside")
 
@@ -123,10 +127,13 @@ class Republisher:
         for source, ack_ids in by_source.items():
             stale = self.rpc.ack(source, ack_ids, queue=queue)
             if stale:
-                log.warning(
-                    "queue %r: %d %s messages were taken back by Pub/Sub before their old copy"
-                    " was acknowledged; they will be delivered twice",
-                    queue,
-                    len(stale),
-                    done,
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "original_not_acknowledged",
+                    queue=queue,
+                    messages=len(stale),
+                    copies=done,
+                    next="Pub/Sub took them back before the old copy was acknowledged; they"
+                    " will be delivered twice",
                 )
