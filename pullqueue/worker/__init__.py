@@ -14,6 +14,7 @@ from pullqueue.worker.handler import (
     is_batch_handler,
     load_handler,
 )
+from pullqueue.worker.retry import release_for_retry
 from pullqueue.worker.runner import Worker, run_worker
 from pullqueue.worker.stats import WorkerStats
 
@@ -26,5 +27,6 @@ __all__ = [
     "batch_handler",
     "is_batch_handler",
     "load_handler",
+    "release_for_retry",
     "run_worker",
 ]

@@ -7,6 +7,7 @@ releasing it) so a task is never extended after it was handed back, and never ha
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -20,6 +21,7 @@ from pullqueue.errors import (
     TransientError,
 )
 from pullqueue.queue import Queue
+from pullqueue.retry import RetryParameters
 from pullqueue.task import Task
 from pullqueue.worker.backoff import Backoff
 from pullqueue.worker.logs import log_event
@@ -33,7 +35,12 @@ class LeasedBatch:
     """Tasks one lease call returned, with what the handlers made of them."""
 
     def __init__(
-        self, queue: Queue, tasks: list[Task], stats: WorkerStats, logger: logging.Logger
+        self,
+        queue: Queue,
+        tasks: list[Task],
+        stats: WorkerStats,
+        logger: logging.Logger,
+        retry: RetryParameters | None = None,
     ) -> None:
         self.queue = queue
         self.tasks = tasks
@@ -41,6 +48,11 @@ class LeasedBatch:
         self.open_items = 0
         self.done: list[Task] = []
         self.failed: list[Task] = []
+        self.retry = retry or RetryParameters()
+        self._retry_in: dict[int, float] = {}
+        # One jitter per batch: tasks leased together and failing together come back together
+        # (a tag's batch stays whole), while the batches of one outage spread out.
+        self._jitter = random.uniform(0.5, 1.0)
         self.settled = False
         self._held: dict[str, Task] = {t.name: t for t in tasks if t.name is not None}
         self._stats = stats
@@ -107,17 +119,33 @@ class LeasedBatch:
                         expires=task.lease_expires,
                     )
 
+    def fail(self, tasks: Iterable[Task]) -> list[float]:
+        """Record tasks whose handler failed; the delay (s) after which each is leasable again.
+
+        The delay follows the retry parameters for the task's retry_count: settling releases
+        the task with a lease of that length, so its next attempt waits that long.
+        """
+        with self.lock:
+            delays = []
+            for task in tasks:
+                self.failed.append(task)
+                delay = self._retry_in[id(task)] = self.retry.delay(task.retry_count, self._jitter)
+                delays.append(delay)
+            return delays
+
     def release(self, tasks: Iterable[Task], *, reason: str) -> int:
         """Hand tasks back at once (lease 0) if still held; return how many were handed back."""
         with self.lock:
             return self._release_locked(tasks, reason)
 
     def _release_locked(self, tasks: Iterable[Task], reason: str) -> int:
+        """Release held tasks: failed ones after their retry delay, the others at once."""
         count = 0
         for task in tasks:
             if self._held.pop(task.name or "", None) is None:
                 continue
-            error = self._call(partial(self.queue.modify_lease, task, 0))
+            delay = self._retry_in.get(id(task), 0.0)
+            error = self._call(partial(self.queue.modify_lease, task, delay))
             if error is None:
                 count += 1
                 log_event(
@@ -127,6 +155,7 @@ class LeasedBatch:
                     queue=self.queue.name,
                     task=task.name,
                     reason=reason,
+                    retry_in=round(delay, 3) if delay else None,
                 )
             elif not isinstance(error, _GONE):
                 log_event(

@@ -25,6 +25,7 @@ from pullqueue.errors import Error, InvalidMaxTasksError, TransientError
 from pullqueue.limits import bad_number
 from pullqueue.queue import Queue, validate_lease_seconds, validate_max_tasks, validate_tag
 from pullqueue.ratelimit import RateLimiter, shared_limiter
+from pullqueue.retry import RetryParameters, queue_retry_parameters
 from pullqueue.task import Task
 from pullqueue.worker.backoff import Backoff
 from pullqueue.worker.batch import LeasedBatch
@@ -60,6 +61,7 @@ class Worker:
         lease_requests_per_second: float | None = None,
         backoff: Backoff | None = None,
         exit_when_idle: float | None = None,
+        retry: RetryParameters | None = None,
     ) -> None:
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
@@ -97,6 +99,7 @@ class Worker:
         rate = lease_requests_per_second or Settings().lease_requests_per_second
         self.limiter: RateLimiter = shared_limiter(f"{queue.backend.url}|{queue.name}", rate)
         self.backoff = backoff or Backoff()
+        self.retry = retry
         self.exit_when_idle = exit_when_idle
         self.stats = WorkerStats()
         self._metric_attributes = metrics.queue_attributes(queue.backend.url, queue.name)
@@ -186,6 +189,8 @@ class Worker:
     # -- leasing ---------------------------------------------------------------------------
 
     def _start(self) -> None:
+        if self.retry is None:
+            self.retry = queue_retry_parameters(self.queue.backend, self.queue.name)
         log_event(
             logger,
             logging.INFO,
@@ -198,6 +203,7 @@ class Worker:
             lease=self.lease_seconds,
             concurrency=self.concurrency,
             handler="per_batch" if self.per_batch else "per_task",
+            retry=self.retry.describe(),
         )
         self._keeper.start()
         metrics.held.watch(self, self._metric_attributes)
@@ -284,7 +290,7 @@ class Worker:
             return None
 
     def _submit(self, tasks: list[Task]) -> None:
-        batch = LeasedBatch(self.queue, tasks, self.stats, logger)
+        batch = LeasedBatch(self.queue, tasks, self.stats, logger, self.retry)
         retried = sum(1 for t in tasks if t.retry_count > 1)
         self.stats.add(leased=len(tasks), retried=retried)
         log_event(
@@ -359,7 +365,7 @@ class Worker:
         self._timed(started, None)
         with batch.lock:
             batch.done.extend(done)
-            batch.failed.extend(failed)
+        batch.fail(failed)
         self.stats.add(processed=len(done), failed=len(failed))
         self._count_last_attempts(failed)
         log_event(
@@ -384,11 +390,10 @@ class Worker:
         return [t for t in tasks if t.name in names], [t for t in tasks if t.name not in names]
 
     def _failed(self, batch: LeasedBatch, tasks: Sequence[Task], exc: BaseException) -> None:
-        with batch.lock:
-            batch.failed.extend(tasks)
+        delays = batch.fail(tasks)
         self.stats.add(failed=len(tasks))
         self._count_last_attempts(tasks)
-        for task in tasks:
+        for task, delay in zip(tasks, delays, strict=True):
             log_event(
                 logger,
                 logging.WARNING,
@@ -398,7 +403,7 @@ class Worker:
                 tag=task.tag,
                 retry_count=task.retry_count,
                 error=f"{type(exc).__name__}: {exc}",
-                next="released for another attempt",
+                next=f"released; leasable again in {delay:.1f} s",
             )
 
     def _count_last_attempts(self, tasks: Sequence[Task]) -> None:

@@ -17,12 +17,17 @@ import pytest
 
 from pullqueue import PermissionDeniedError, Queue, Task, TransientError
 from pullqueue.adapters.memory import MemoryBackend
+from pullqueue.retry import RetryParameters
 from pullqueue.worker import Backoff, Worker, batch_handler
 from pullqueue.worker.logs import JsonFormatter, KeyValueFormatter
 from tests.worker.faults import ScriptedBackend
 
 _names = itertools.count(1)
-FAST = {"lease_requests_per_second": 200.0, "backoff": Backoff(0.01, 0.05)}
+FAST = {
+    "lease_requests_per_second": 200.0,
+    "backoff": Backoff(0.01, 0.05),
+    "retry": RetryParameters(0.01, 0.05),
+}
 
 
 def new_queue(backend: object | None = None) -> Queue:
