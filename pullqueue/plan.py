@@ -18,6 +18,9 @@ import yaml
 from pullqueue.adapters.pubsub.layout import (
     DEAD_LETTER_TOPIC_FORMAT,
     DECLARED_TAG_RE,
+    LABEL_MAX_BACKOFF,
+    LABEL_MAX_DOUBLINGS,
+    LABEL_MIN_BACKOFF,
     MAX_FILTER_BYTES,
     TAG_SUBSCRIPTION_FORMAT,
     TOPIC_FORMAT,
@@ -25,8 +28,14 @@ from pullqueue.adapters.pubsub.layout import (
     check_resource_id,
     worker_filter,
 )
-from pullqueue.errors import ConfigurationError, InvalidQueueNameError
+from pullqueue.errors import (
+    ConfigurationError,
+    InvalidQueueNameError,
+    InvalidTaskRetryOptionsError,
+)
+from pullqueue.limits import bad_number
 from pullqueue.queue import validate_queue_name
+from pullqueue.retry import RetryParameters
 
 MIN_DELIVERY_ATTEMPTS = 5
 MAX_DELIVERY_ATTEMPTS = 100
@@ -57,7 +66,12 @@ _RETRY_KEYS = (
     "max_doublings",
 )
 _PUSH_ONLY_KEYS = ("rate", "bucket_size", "max_concurrent_requests", "target")
-_PUSH_ONLY_RETRY_KEYS = ("min_backoff_seconds", "max_backoff_seconds", "max_doublings")
+_RETRY_DELAY_LABELS = {
+    "min_backoff_seconds": (LABEL_MIN_BACKOFF, 1000),
+    "max_backoff_seconds": (LABEL_MAX_BACKOFF, 1000),
+    "max_doublings": (LABEL_MAX_DOUBLINGS, 1),
+}
+"""queue.yaml retry field -> (subscription label, scale to a whole number)."""
 
 
 class QueueYamlError(ConfigurationError):
@@ -87,6 +101,8 @@ class LegacyQueue:
     line: int
     task_retry_limit: int | None = None
     task_age_limit: str | None = None
+    retry_labels: tuple[tuple[str, str], ...] = ()
+    """min/max backoff and max doublings as subscription labels (the worker's retry delay)."""
     not_carried_over: tuple[str, ...] = ()
     """Fields set on this queue that have no Pub/Sub counterpart (push-only fields, acl)."""
 
@@ -194,6 +210,40 @@ def _retry_limit(value: object, source: str, line: int, queue: str) -> int:
     return limit
 
 
+def _retry_delay_labels(retry: _Mapping, source: str, queue: str) -> tuple[tuple[str, str], ...]:
+    """The retry-delay fields of retry_parameters as labels; QueueYamlError naming a bad one."""
+    values: dict[str, Any] = {}
+    for key, (_, scale) in _RETRY_DELAY_LABELS.items():
+        if key not in retry:
+            continue
+        value = retry[key]
+        whole = scale == 1
+        if (
+            bad_number(value)
+            or not isinstance(value, int | float)
+            or value < 0
+            or (whole and not isinstance(value, int))
+        ):
+            kind = "a whole number >= 0" if whole else "a number of seconds >= 0"
+            raise QueueYamlError(
+                f"{key} must be {kind}, not {value!r}",
+                source=source,
+                line=retry.key_lines[key],
+                queue=queue,
+            )
+        values[key] = value
+    try:
+        RetryParameters.given(**values)
+    except InvalidTaskRetryOptionsError as exc:
+        raise QueueYamlError(
+            f"retry_parameters: {exc}", source=source, line=retry.line, queue=queue
+        ) from None
+    return tuple(
+        (_RETRY_DELAY_LABELS[key][0], str(round(value * _RETRY_DELAY_LABELS[key][1])))
+        for key, value in values.items()
+    )
+
+
 def age_limit_seconds(age_limit: str) -> int | None:
     """A legacy task_age_limit ('2d', '1.5h', '30m', '90s') in whole seconds; None if malformed."""
     match = _AGE_LIMIT_RE.match(age_limit.strip())
@@ -238,6 +288,7 @@ def _read_queue(entry: object, line: int, source: str) -> LegacyQueue:
     retry = entry.get("retry_parameters")
     retry_limit: int | None = None
     age_limit: str | None = None
+    retry_labels: tuple[tuple[str, str], ...] = ()
     not_carried_over = [key for key in _PUSH_ONLY_KEYS if key in entry]
     if retry is not None:
         if not isinstance(retry, _Mapping):
@@ -263,7 +314,7 @@ def _read_queue(entry: object, line: int, source: str) -> LegacyQueue:
                     line=retry.key_lines["task_age_limit"],
                     queue=name,
                 )
-        not_carried_over += [f"retry_parameters.{k}" for k in _PUSH_ONLY_RETRY_KEYS if k in retry]
+        retry_labels = _retry_delay_labels(retry, source, name)
     if "acl" in entry:
         not_carried_over.append("acl")
     return LegacyQueue(
@@ -272,6 +323,7 @@ def _read_queue(entry: object, line: int, source: str) -> LegacyQueue:
         line=entry.line,
         task_retry_limit=retry_limit,
         task_age_limit=age_limit,
+        retry_labels=retry_labels,
         not_carried_over=tuple(not_carried_over),
     )
 
@@ -517,6 +569,8 @@ def build_plan(
             "declared_tags": sorted(set(layout.declared_tags)),
             "max_delivery_attempts": attempts,
         }
+        if queue.retry_labels:
+            queues[queue.name]["labels"] = dict(queue.retry_labels)
     _check_collisions(plan.layouts)
 
     if queue_yaml.total_storage_limit is not None:

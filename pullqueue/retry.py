@@ -58,6 +58,23 @@ class RetryParameters:
                 f" {limits.MAX_LEASE_SECONDS} s"
             )
 
+    @classmethod
+    def given(
+        cls,
+        min_backoff_seconds: float | None = None,
+        max_backoff_seconds: float | None = None,
+        max_doublings: int | None = None,
+    ) -> RetryParameters:
+        """The parameters a queue.yaml gives, the others defaulted around them (a minimum above
+        the default maximum raises the maximum to it, and the other way round)."""
+        low = DEFAULT_MIN_BACKOFF_SECONDS if min_backoff_seconds is None else min_backoff_seconds
+        high = DEFAULT_MAX_BACKOFF_SECONDS if max_backoff_seconds is None else max_backoff_seconds
+        if min_backoff_seconds is None and max_backoff_seconds is not None:
+            low = min(low, max_backoff_seconds)
+        if max_backoff_seconds is None and min_backoff_seconds is not None:
+            high = max(high, min_backoff_seconds)
+        return cls(low, high, DEFAULT_MAX_DOUBLINGS if max_doublings is None else max_doublings)
+
     def interval(self, retry_count: int) -> float:
         """The legacy interval (seconds) after the attempt numbered retry_count failed."""
         n = max(retry_count, 1) - 1

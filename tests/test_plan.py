@@ -119,16 +119,16 @@ def test_push_only_fields_on_a_pull_queue_are_ignored_with_a_warning() -> None:
     variables = plan_json(result)
     stderr = stderr_text(result)
 
-    assert variables["queues"] == {"exports": {"declared_tags": [], "max_delivery_attempts": 20}}
-    for field in (
-        "rate",
-        "bucket_size",
-        "target",
-        "retry_parameters.min_backoff_seconds",
-        "retry_parameters.max_doublings",
-    ):
+    assert variables["queues"] == {
+        "exports": {
+            "declared_tags": [],
+            "max_delivery_attempts": 20,
+            "labels": {"pullqueue-min-backoff-ms": "5000", "pullqueue-max-doublings": "3"},
+        }
+    }
+    for field in ("rate", "bucket_size", "target"):
         assert f"queue 'exports' (line 3): {field} applies to push queues only" in stderr
-    assert "max_backoff_seconds" not in stderr
+    assert "backoff" not in stderr and "doublings" not in stderr
 
 
 def test_push_and_target_fields_of_push_queues_never_reach_the_output() -> None:

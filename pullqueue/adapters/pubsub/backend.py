@@ -36,6 +36,7 @@ from pullqueue.errors import (
     TaskLeaseExpiredError,
     TombstonedTaskError,
 )
+from pullqueue.retry import RetryParameters
 from pullqueue.task import QueueStats, Task
 from pullqueue.worker.logs import log_event
 
@@ -685,6 +686,11 @@ class PubSubBackend:
             queue=queue,
             task=task.name,
         )
+
+    def retry_parameters(self, queue: str) -> RetryParameters | None:
+        """The queue's retry parameters, as its worker subscription carries them (labels
+        written by `pullqueue plan`, or a Pub/Sub retry policy); None when it has none."""
+        return self.topology(queue).retry
 
     def final_attempt(self, queue: str, task: Task) -> bool:
         """True when the task's current delivery is its last before the dead-letter policy

@@ -24,6 +24,12 @@ ATTR_TASK_NAME = "task_name"
 ATTR_TAG = "tag"
 ATTR_ETA = "eta"
 
+LABEL_MIN_BACKOFF = "pullqueue-min-backoff-ms"
+LABEL_MAX_BACKOFF = "pullqueue-max-backoff-ms"
+LABEL_MAX_DOUBLINGS = "pullqueue-max-doublings"
+"""Subscription labels carrying queue.yaml's retry_parameters (whole milliseconds, a count):
+`pullqueue plan` writes them, the Terraform module sets them, workers read them."""
+
 MAX_FILTER_BYTES = 256
 _RESOURCE_ID_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9._~+%-]{2,254}$")
 DECLARED_TAG_RE = re.compile(r"^[a-zA-Z0-9._~+%-]{1,100}$")

@@ -16,11 +16,23 @@ from typing import Any
 from google.api_core import exceptions as gexc
 
 from pullqueue.adapters.pubsub.errors import PROVISION_HINT
-from pullqueue.adapters.pubsub.layout import QueueLayout, tag_filter
+from pullqueue.adapters.pubsub.layout import (
+    LABEL_MAX_BACKOFF,
+    LABEL_MAX_DOUBLINGS,
+    LABEL_MIN_BACKOFF,
+    QueueLayout,
+    tag_filter,
+)
 from pullqueue.adapters.pubsub.rpc import PubSubRpc
 from pullqueue.adapters.pubsub.wire import SubscriptionRule
 from pullqueue.config import Settings
-from pullqueue.errors import ConfigurationError, NotProvisionedError, PermissionDeniedError
+from pullqueue.errors import (
+    ConfigurationError,
+    InvalidTaskRetryOptionsError,
+    NotProvisionedError,
+    PermissionDeniedError,
+)
+from pullqueue.retry import RetryParameters
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +59,8 @@ class QueueTopology:
     """Seconds an unacknowledged message is kept after it was published."""
     verified: bool
     """False when the subscriptions could not be read (no pubsub.subscriptions.get)."""
+    retry: RetryParameters | None = None
+    """The queue's retry parameters as its worker subscription carries them (None: unknown)."""
 
     @property
     def sources(self) -> list[str]:
@@ -57,6 +71,42 @@ class QueueTopology:
 def _seconds(duration: Any) -> float:
     """A retention as seconds (proto-plus gives a timedelta)."""
     return float(duration.total_seconds())
+
+
+def retry_parameters(subscription: Any) -> RetryParameters | None:
+    """The retry parameters a subscription carries: its pullqueue retry labels (written by
+    `pullqueue plan` from queue.yaml), else its Pub/Sub retry policy; None when it has neither.
+
+    A label that is not a whole number is ignored; an unreadable set falls back to the defaults
+    rather than stopping the queue.
+    """
+    labels = subscription.labels
+    found: dict[str, float] = {}
+    for label, field_name, scale in (
+        (LABEL_MIN_BACKOFF, "min_backoff_seconds", 1000),
+        (LABEL_MAX_BACKOFF, "max_backoff_seconds", 1000),
+        (LABEL_MAX_DOUBLINGS, "max_doublings", 1),
+    ):
+        text = labels.get(label, "")
+        if text.isascii() and text.isdigit():
+            found[field_name] = int(text) / scale if scale != 1 else int(text)
+    if not found and "retry_policy" in subscription:
+        policy = subscription.retry_policy
+        found = {
+            "min_backoff_seconds": _seconds(policy.minimum_backoff),
+            "max_backoff_seconds": _seconds(policy.maximum_backoff),
+        }
+    if not found:
+        return None
+    try:
+        return RetryParameters.given(
+            found.get("min_backoff_seconds"),
+            found.get("max_backoff_seconds"),
+            None if "max_doublings" not in found else int(found["max_doublings"]),
+        )
+    except InvalidTaskRetryOptionsError as exc:
+        log.warning("subscription %s: retry parameters ignored (%s)", subscription.name, exc)
+        return None
 
 
 class Provisioner:
@@ -92,6 +142,7 @@ class Provisioner:
             tags[tag] = path
             rules[path] = SubscriptionRule(tag=tag, declared=declared)
         deadlines: dict[str, int] = {}
+        retry: RetryParameters | None = None
         attempts: list[int] = []
         retentions: list[float] = []
         verified = True
@@ -124,6 +175,8 @@ class Provisioner:
                 continue
             self._check(found, path, topic, expected_filter, queue)
             deadlines[path] = int(found.ack_deadline_seconds)
+            if path == workers:
+                retry = retry_parameters(found)
             attempts.append(int(found.dead_letter_policy.max_delivery_attempts))
             retentions.append(_seconds(found.message_retention_duration))
         return QueueTopology(
@@ -137,6 +190,7 @@ class Provisioner:
             max_attempts=min(attempts, default=self.settings.pubsub_max_delivery_attempts),
             retention=min(retentions, default=float(self.settings.pubsub_retention_seconds)),
             verified=verified,
+            retry=retry,
         )
 
     def _check(self, found: Any, path: str, topic: str, expected_filter: str, queue: str) -> None:
