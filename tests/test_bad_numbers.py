@@ -18,7 +18,8 @@ import pytest
 from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.compat import taskqueue as compat
-from pullqueue.errors import InvalidEtaError, InvalidTaskError
+from pullqueue.errors import ConfigurationError, InvalidEtaError, InvalidTaskError
+from pullqueue.migrate import drain
 from pullqueue.worker import Backoff, Worker
 from tests.conformance.harness import FakeClock
 from tests.legacy_stub import legacy_taskqueue
@@ -202,3 +203,24 @@ def test_settings_refuse_non_finite_numbers(monkeypatch: pytest.MonkeyPatch, val
     monkeypatch.setenv("PULLQUEUE_PUBSUB_HOLD_SECONDS", value)
     with pytest.raises(ValueError, match="pubsub_hold_seconds"):
         Settings()
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"batch_size": True},
+        {"lease_seconds": NAN},
+        {"quiet_period": NAN},
+        {"max_wait": INF},
+        {"lease_rate": NAN},
+        {"write_threads": True},
+    ],
+    ids=lambda option: "-".join(f"{k}={v!r}" for k, v in option.items()),
+)
+def test_drain_refuses_bad_numbers_and_moves_nothing(option: dict[str, Any]) -> None:
+    backend = MemoryBackend()
+    source, dest = Queue("from", backend), Queue("to", backend)
+    source.add(Task(b"x", name="stays"))
+    with pytest.raises(ConfigurationError, match=next(iter(option))):
+        drain(source, dest, **option)
+    assert (source.stats().tasks, dest.stats().tasks) == (1, 0)

@@ -158,6 +158,17 @@ class _Drain:
         progress: ProgressCallback | None,
         stop: threading.Event | None,
     ) -> None:
+        for option, value in (
+            ("batch_size", batch_size),
+            ("lease_seconds", lease_seconds),
+            ("lease_rate", None if lease_rate == math.inf else lease_rate),
+            ("quiet_period", quiet_period),
+            ("max_wait", max_wait),
+            ("write_threads", write_threads),
+            ("sample_size", sample_size),
+        ):
+            if value is not None and limits.bad_number(value):
+                raise ConfigurationError(f"{option} must be a finite number, got {value!r}")
         if not 1 <= batch_size <= limits.MAX_TASKS_PER_LEASE:
             raise ConfigurationError(
                 f"batch_size must be 1 to {limits.MAX_TASKS_PER_LEASE}, got {batch_size}"
