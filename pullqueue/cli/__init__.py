@@ -1,8 +1,8 @@
 """The `pullqueue` command: one group and one module per subcommand, all in this package.
 
-Each subcommand (demo, migrate, plan, stats, work) lives in its own module here and shares the
-options, error handling and exit codes of `pullqueue.cli.base`, so every command reads and fails
-the same way and a new one has an obvious home.
+Each subcommand (demo, migrate, plan, stats, tasks, dead-letters, work) lives in its own module
+here and shares the options, error handling and exit codes of `pullqueue.cli.base`, so every
+command reads and fails the same way and a new one has an obvious home.
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ import click
 
 from pullqueue import __version__
 from pullqueue.cli.base import Group
+from pullqueue.cli.deadletters import dead_letters
 from pullqueue.cli.demo import demo
 from pullqueue.cli.migrate import migrate
 from pullqueue.cli.plan import plan
 from pullqueue.cli.stats import stats
+from pullqueue.cli.tasks import tasks
 from pullqueue.cli.work import work
 
 
@@ -27,6 +29,8 @@ def cli() -> None:
 cli.add_command(work)
 cli.add_command(demo)
 cli.add_command(stats)
+cli.add_command(tasks)
+cli.add_command(dead_letters)
 cli.add_command(plan)
 cli.add_command(migrate)
 

@@ -18,6 +18,8 @@ WORKER_SUBSCRIPTION_FORMAT = "{prefix}{queue}-workers"
 TAG_SUBSCRIPTION_FORMAT = "{prefix}{queue}-tag-{tag}"
 DEAD_LETTER_TOPIC_FORMAT = "{prefix}{queue}-dead-letter"
 DEAD_LETTER_SUBSCRIPTION_FORMAT = "{prefix}{queue}-dead-letter"
+REDRIVE_SUBSCRIPTION_FORMAT = "{prefix}{queue}-redrive"
+"""Made by `pullqueue dead-letters --redrive` for the length of a redrive (docs/operations.md)."""
 
 # Message attributes of the wire format (docs/pubsub.md).
 ATTR_TASK_NAME = "task_name"
@@ -115,6 +117,10 @@ class QueueLayout:
     @property
     def dead_letter_subscription_id(self) -> str:
         return self._format(DEAD_LETTER_SUBSCRIPTION_FORMAT)
+
+    @property
+    def redrive_subscription_id(self) -> str:
+        return self._format(REDRIVE_SUBSCRIPTION_FORMAT)
 
     @property
     def worker_filter(self) -> str:

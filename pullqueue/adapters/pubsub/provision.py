@@ -36,6 +36,10 @@ from pullqueue.retry import RetryParameters
 
 log = logging.getLogger(__name__)
 
+DEAD_LETTER_ACK_DEADLINE = 30
+"""Seconds a dead letter pulled by `pullqueue dead-letters` stays hidden: short, so one a killed
+command held comes back soon (terraform/modules/pullqueue/main.tf sets the same)."""
+
 
 @dataclass(frozen=True)
 class QueueTopology:
@@ -127,7 +131,7 @@ class Provisioner:
             self._ensure_topic(dead_letter_topic, queue)
             self._ensure_subscription(
                 self.rpc.subscription_path(layout.dead_letter_subscription_id),
-                {"topic": dead_letter_topic, "ack_deadline_seconds": 600},
+                {"topic": dead_letter_topic, "ack_deadline_seconds": DEAD_LETTER_ACK_DEADLINE},
                 queue,
             )
         wanted = {self.rpc.subscription_path(layout.worker_subscription_id): layout.worker_filter}

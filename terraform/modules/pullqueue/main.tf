@@ -51,7 +51,7 @@ resource "google_pubsub_subscription" "dead_letter" {
   name                       = each.value.dead_letter_subscription_id
   topic                      = google_pubsub_topic.dead_letter[each.key].id
   labels                     = local.queue_labels[each.key]
-  ack_deadline_seconds       = 600
+  ack_deadline_seconds       = 30 # DEAD_LETTER_ACK_DEADLINE: a killed `dead-letters` run's holds return soon
   message_retention_duration = var.queues[each.key].message_retention_duration
   retain_acked_messages      = false
 
