@@ -17,10 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from pullqueue.adapters.base import Backend, ListingBackend
-from pullqueue.cli.base import Command, Count, fail, json_option, url_option
-from pullqueue.errors import ConfigurationError, Error
+from pullqueue.cli.base import Command, Count, connect_backend, fail, json_option, url_option
+from pullqueue.errors import Error
 from pullqueue.queue import validate_queue_name
-from pullqueue.registry import connect, default_backend
 
 PREVIEW_BYTES = 64
 PUBSUB_NOTE = (
@@ -50,10 +49,7 @@ def open_backend(queue_name: str, url: str | None) -> Backend:
         validate_queue_name(queue_name)
     except Error as exc:
         raise click.BadParameter(str(exc), param_hint="QUEUE") from exc
-    try:
-        return connect(url) if url else default_backend()
-    except ConfigurationError as exc:
-        raise click.BadParameter(str(exc), param_hint="--url") from exc
+    return connect_backend(url, shared=True, memory_warning=True)
 
 
 def iso(posix: float | None) -> str | None:

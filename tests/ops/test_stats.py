@@ -130,7 +130,9 @@ def test_watch_refreshes_until_interrupted() -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(2.0)
+    assert watcher.stderr is not None
+    assert "memory://" in watcher.stderr.readline()  # connected: the view is running
+    time.sleep(1.0)
     watcher.send_signal(signal.SIGINT)
     out, err = watcher.communicate(timeout=30)
     assert watcher.returncode == 130, err

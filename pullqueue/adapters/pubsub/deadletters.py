@@ -21,7 +21,13 @@ from pullqueue.adapters.pubsub.backend import PubSubBackend
 from pullqueue.adapters.pubsub.layout import ATTR_ETA
 from pullqueue.adapters.pubsub.peek import give_back, pull_all
 from pullqueue.adapters.pubsub.provision import DEAD_LETTER_ACK_DEADLINE
-from pullqueue.adapters.pubsub.wire import Delivery, PubsubMessagePb, format_eta, parse_eta
+from pullqueue.adapters.pubsub.wire import (
+    ATTR_SET_ASIDE,
+    Delivery,
+    PubsubMessagePb,
+    format_eta,
+    parse_eta,
+)
 from pullqueue.errors import Error
 
 log = logging.getLogger(__name__)
@@ -67,7 +73,9 @@ class DeadLetter:
 
     @property
     def last_error(self) -> str | None:
-        return self.delivery.attributes.get(ATTR_LAST_ERROR)
+        """Why it died, where recorded: the handler's last error, or why a worker set it aside."""
+        attributes = self.delivery.attributes
+        return attributes.get(ATTR_LAST_ERROR) or attributes.get(ATTR_SET_ASIDE)
 
 
 @dataclass
@@ -129,7 +137,7 @@ def _copy(delivery: Delivery) -> object:
     attributes = {
         key: value
         for key, value in delivery.attributes.items()
-        if not key.startswith(_PUBSUB_PREFIX) and key != ATTR_LAST_ERROR
+        if not key.startswith(_PUBSUB_PREFIX) and key not in (ATTR_LAST_ERROR, ATTR_SET_ASIDE)
     }
     if ATTR_ETA not in attributes:
         first = DeadLetter(delivery).first_published

@@ -83,19 +83,21 @@ def give_back(
     fresh when near the dead-letter limit or the retention (working subscriptions only)."""
     now = time.time()
     renew: list[Delivery] = []
-    by_wait: dict[tuple[str, int], list[str]] = defaultdict(list)
+    back: list[Delivery] = []
     for delivery in held:
-        if topology is not None and backend._near_limits(topology, delivery, now):
-            renew.append(delivery)
-            continue
+        near = topology is not None and backend._near_limits(topology, delivery, now)
+        (renew if near else back).append(delivery)
+    if renew and topology is not None:
+        # Without publish rights they are given back as they are.
+        back += backend._republisher.renew(queue, topology, renew)
+    by_wait: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for delivery in back:
         hidden = 0
         if delivery.eta is not None and delivery.eta > now:
             hidden = math.ceil(min(delivery.eta - now, backend.settings.pubsub_max_deferral))
         by_wait[(delivery.subscription, hidden)].append(delivery.ack_id)
     for (subscription, seconds), ack_ids in by_wait.items():
         backend.rpc.modify(subscription, ack_ids, seconds, queue=queue)
-    if renew and topology is not None:
-        backend._republish(queue, topology, renew)
 
 
 def look(backend: PubSubBackend, queue: str, *, tag: str | None, limit: int) -> list[Seen]:
