@@ -113,6 +113,7 @@ class Worker:
         self._cond = threading.Condition()
         self._pending = 0
         self._running = 0
+        self._retry_due = 0.0
         self._keeper = LeaseKeeper(queue.backend.now, self.lease_seconds)
         self._threads: list[threading.Thread] = []
 
@@ -237,9 +238,10 @@ class Worker:
             if self.exit_when_idle is None:
                 self._stopping.wait(self.backoff.next())
                 continue
-            with self._cond:
-                busy = self._pending + self._running > 0
             now = time.monotonic()
+            with self._cond:
+                # Failed tasks waiting out their retry delay are work left: not idle yet.
+                busy = self._pending + self._running > 0 or now < self._retry_due
             if busy:
                 idle_since = None
             elif idle_since is None:
@@ -428,6 +430,8 @@ class Worker:
             self._keeper.untrack(batch)
             if not self._aborted.is_set():
                 batch.settle()
+                with self._cond:
+                    self._retry_due = max(self._retry_due, batch.retry_due)
 
     # -- shutdown ----------------------------------------------------------------------------
 

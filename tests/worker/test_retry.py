@@ -103,3 +103,26 @@ def test_a_hand_written_loop_releases_a_failed_task_for_its_retry_delay(api: str
         clock.advance(0.02)
     intervals = [10, 20, 40, 60, 60]
     assert all(i / 2 <= w <= i for w, i in zip(waits, intervals, strict=True)), waits
+
+
+def test_exit_when_idle_waits_for_failed_tasks_to_come_back() -> None:
+    queue = Queue("comes-back", MemoryBackend())
+    queue.add([Task(b"x", name=f"t{i}") for i in range(3)])
+    attempts: list[int] = []
+
+    def first_fails(task: Task) -> None:
+        attempts.append(task.retry_count)
+        if task.retry_count == 1:
+            raise RuntimeError("downstream unavailable")
+
+    stats = Worker(
+        queue,
+        first_fails,
+        retry=RetryParameters(min_backoff_seconds=1.2, max_backoff_seconds=1.2),
+        exit_when_idle=0.2,
+        lease_requests_per_second=200,
+        backoff=Backoff(0.01, 0.05),
+    ).run(handle_signals=False)
+    assert sorted(attempts) == [1, 1, 1, 2, 2, 2]
+    assert (stats.processed, stats.failed) == (3, 3)
+    assert queue.stats().tasks == 0
