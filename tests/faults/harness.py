@@ -158,12 +158,14 @@ class Fleet:
     def handled(self) -> Handled:
         return read_log(self.log)
 
-    def wait_for(self, payloads: list[str], timeout: float) -> Handled:
-        """Wait until every payload was handled, then until nothing more comes for a lease.
+    def wait_for(self, payloads: list[str], timeout: float, quiet: float | None = None) -> Handled:
+        """Wait until every payload was handled, then until nothing more comes for `quiet` s.
 
-        The quiet lease catches redeliveries (duplicates) of tasks whose holder died or whose
-        delete failed; without it they would be handed out after the count was taken.
+        The quiet time (by default a lease or an ack deadline, whichever is longer) catches
+        redeliveries (duplicates) of tasks whose holder died or whose delete failed; without it
+        they would be handed out after the count was taken.
         """
+        quiet = max(LEASE_SECONDS, ACK_DEADLINE) + 2 if quiet is None else quiet
         end = time.monotonic() + timeout
         wanted = set(payloads)
         while True:
@@ -175,12 +177,12 @@ class Fleet:
                 f" after {timeout} s (seed {SEED})\n{self.logs()}"
             )
             time.sleep(0.2)
-        quiet_until = time.monotonic() + max(LEASE_SECONDS, ACK_DEADLINE) + 2
+        quiet_until = time.monotonic() + quiet
         seen = len(handled.done)
         while time.monotonic() < min(quiet_until, end):
             time.sleep(0.5)
             handled = read_log(self.log)
             if len(handled.done) != seen:
                 seen = len(handled.done)
-                quiet_until = time.monotonic() + max(LEASE_SECONDS, ACK_DEADLINE) + 2
+                quiet_until = time.monotonic() + quiet
         return handled

@@ -22,6 +22,8 @@ from pullqueue.errors import TransientError
 from pullqueue.migrate import drain
 from tests.migrate.support import Crash, EveryCopy, Hooked, HookedListing, contents, fill
 
+pytestmark = pytest.mark.faults
+
 FAST: dict[str, Any] = {"quiet_period": 0.05, "lease_rate": math.inf, "max_wait": 0.5}
 COUNT = 2500
 
