@@ -97,6 +97,8 @@ class Fleet:
     environment: dict[str, str] = field(default_factory=dict)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     started: int = 0
+    log_files: dict[int, Path] = field(default_factory=dict)
+    """Process id -> its stderr log."""
 
     @property
     def log(self) -> Path:
@@ -116,7 +118,8 @@ class Fleet:
     def start(self, count: int = 1) -> None:
         for _ in range(count):
             self.started += 1
-            stderr = open(self.directory / f"worker-{self.started}.log", "wb")  # noqa: SIM115
+            log_file = self.directory / f"worker-{self.started}.log"
+            stderr = open(log_file, "wb")  # noqa: SIM115
             command = [PULLQUEUE, "work", self.queue, self.handler]
             command += ["--url", f"pubsub://{self.project}", "--lease-seconds", str(LEASE_SECONDS)]
             process = subprocess.Popen(
@@ -128,15 +131,21 @@ class Fleet:
             )
             stderr.close()
             self.processes.append(process)
+            self.log_files[process.pid] = log_file
 
     def alive(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.processes if p.poll() is None]
 
-    def kill_one(self, rng: random.Random) -> None:
-        """SIGKILL a random live worker (no chance to give its leases back)."""
-        victim = rng.choice(self.alive())
+    def kill_one(self, rng: random.Random) -> bool:
+        """SIGKILL a random worker that has leased tasks (at work, not starting up): it has no
+        chance to give its leases back. False when no worker has leased anything yet."""
+        working = [p for p in self.alive() if b"event=leased" in self.log_files[p.pid].read_bytes()]
+        if not working:
+            return False
+        victim = rng.choice(working)
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=30)
+        return True
 
     def stop(self) -> None:
         """SIGTERM every live worker and wait for each to finish its tasks and exit."""
