@@ -91,7 +91,7 @@ def test_pullqueue_work_drains_duplicate_names(make_backend: MakeBackend, tmp_pa
     result = subprocess.run(
         [
             *(PULLQUEUE, "work", "work-twice", "twice_handler:handle", "--lease-seconds", "5"),
-            *("--url", f"pubsub://{project}", "--exit-when-idle", "3", "--concurrency", "4"),
+            *("--url", f"pubsub://{project}", "--exit-when-idle", "2", "--concurrency", "4"),
         ],
         cwd=tmp_path,
         env=env,

@@ -74,7 +74,7 @@ def _work(tmp_path: Path, project: str, queue_name: str, log_format: str) -> str
     result = subprocess.run(
         [
             *(PULLQUEUE, "work", queue_name, "forging_handler:handle", "--group-by-tag", "-v"),
-            *("--url", f"pubsub://{project}", "--exit-when-idle", "4", "--log-format", log_format),
+            *("--url", f"pubsub://{project}", "--exit-when-idle", "2", "--log-format", log_format),
         ],
         cwd=tmp_path,
         env=env,
