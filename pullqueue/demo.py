@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import secrets
 import threading
 import time
@@ -35,6 +36,8 @@ from pullqueue.worker import Worker, WorkerStats
 
 DEFAULT_QUEUE = "pullqueue-demo"
 DEFAULT_PROJECT = "pullqueue-demo"
+DEMO_TASK_NAME = re.compile(r"r[0-9a-f]{6}-[0-9]+")
+"""The names the demo gives its tasks (run id, index): what it may delete from its queue."""
 PEEK_LEASE_SECONDS = 10.0
 """The lease on the one task the demo looks at to see whether its queue is in use."""
 DRAIN_QUIET_SECONDS = 0.5
@@ -173,6 +176,8 @@ class DemoResult:
     deliveries: int
     elapsed: float
     problems: list[str] = field(default_factory=list)
+    leftovers_cleared: int = 0
+    """Tasks an earlier, interrupted demo left in the queue, deleted before this run."""
 
     @property
     def produced(self) -> int:
@@ -192,6 +197,7 @@ class DemoResult:
             "deliveries": self.deliveries,
             "elapsed": round(self.elapsed, 3),
             "problems": self.problems,
+            "leftovers_cleared": self.leftovers_cleared,
         }
 
     @property
@@ -233,7 +239,7 @@ def run_demo(
     dest = Tally(connect(dest_url, **connect_options))
     try:
         dest_queue = Queue(opts.queue, dest)
-        refuse_if_in_use(dest_queue)
+        cleared = refuse_if_in_use(dest_queue)
         legacy = taskqueue.Queue(opts.queue, backend=source)
         produced = produce(legacy, opts.tasks, tags, rng, run)
 
@@ -323,25 +329,40 @@ def run_demo(
             deliveries=counter.deliveries,
             elapsed=time.monotonic() - started,
             problems=problems,
+            leftovers_cleared=cleared,
         )
     finally:
         dest.close()
 
 
-def refuse_if_in_use(queue: Queue) -> None:
-    """Refuse a destination queue that already holds an available task: the demo never deletes
-    what it did not add, and its counts would not reconcile. The task looked at is handed back
-    at once (on Pub/Sub that look counts as one delivery attempt)."""
-    found = queue.lease(PEEK_LEASE_SECONDS, 1)
-    for task in found:
-        queue.modify_lease(task, 0)
-    if found:
-        raise QueueInUseError(
-            f"the queue already holds tasks (one is {found[0].name!r}) on {queue.backend.url}; the"
-            " demo needs an empty queue of its own and never deletes tasks it did not add: pass"
-            " --queue with an unused name",
-            queue=queue.name,
-        )
+def refuse_if_in_use(queue: Queue) -> int:
+    """Make sure the destination queue holds only what earlier demo runs left (an interrupted
+    run leaves its tasks): delete those, and refuse a queue holding any other task, handing it
+    back at once; the demo never deletes what no demo added, and its counts would not reconcile.
+    Return how many leftovers were deleted. The first look is one task, so a user's queue sees
+    a single extra delivery attempt (Pub/Sub counts one per lease)."""
+    cleared = 0
+    size = 1
+    while found := queue.lease(PEEK_LEASE_SECONDS, size):
+        foreign: list[Task] = []
+        leftovers: list[Task] = []
+        for task in found:
+            own = DEMO_TASK_NAME.fullmatch(task.name or "")
+            (leftovers if own else foreign).append(task)
+        if leftovers:
+            queue.delete(leftovers)
+            cleared += len(leftovers)
+        for task in foreign:
+            queue.modify_lease(task, 0)
+        if foreign:
+            raise QueueInUseError(
+                f"the queue already holds tasks (one is {foreign[0].name!r}) on"
+                f" {queue.backend.url}; the demo needs a queue of its own and never deletes tasks"
+                " it did not add: pass --queue with an unused name",
+                queue=queue.name,
+            )
+        size = 1000
+    return cleared
 
 
 def _watch(
@@ -366,9 +387,13 @@ def _watch(
         progress.add_task("produced", total=opts.tasks, completed=opts.tasks)
         migrated = progress.add_task("migrated", total=opts.tasks)
         processed = progress.add_task("processed", total=opts.tasks)
+        said = False
         while time.monotonic() < deadline:
             progress.update(migrated, completed=dest.total)
             progress.update(processed, completed=counter.processed)
+            if not migration.is_alive() and not said and not console.is_terminal:
+                said = True  # a log line where no bar is drawn (CI, a pipe)
+                console.print(f"migration finished: {dest.total} tasks; the workers go on")
             if not migration.is_alive() and counter.processed >= dest.total:
                 break
             if worker.error is not None:
@@ -409,6 +434,8 @@ def render(result: DemoResult, console: Console) -> None:
         f" deliveries {result.deliveries}\n"
         f"elapsed:   {result.elapsed:.1f} s"
     )
+    if result.leftovers_cleared:
+        console.print(f"cleared:   {result.leftovers_cleared} tasks an earlier demo left")
     for problem in result.problems:
         console.print(f"[red]problem:[/red] {problem}")
     if result.ok:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from pullqueue import __version__
-from pullqueue.cli.base import Group
+from pullqueue.cli.base import EXIT_STATUS_HELP, Group
 from pullqueue.cli.deadletters import dead_letters
 from pullqueue.cli.demo import demo
 from pullqueue.cli.migrate import migrate
@@ -18,9 +18,22 @@ from pullqueue.cli.plan import plan
 from pullqueue.cli.stats import stats
 from pullqueue.cli.tasks import tasks
 from pullqueue.cli.work import work
+from pullqueue.links import source_url
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=Group,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="""\b
+Examples:
+  pullqueue demo
+  pullqueue migrate emails --from cloudtasks://my-app/us-central1 --to pubsub://my-app
+  pullqueue work emails mail:send --url pubsub://my-app
+
+"""
+    + EXIT_STATUS_HELP
+    + f"\nDocs: {source_url('docs/cli.md')}",
+)
 @click.version_option(__version__, prog_name="pullqueue")
 def cli() -> None:
     """Move App Engine pull queues to Pub/Sub, and run workers on either."""

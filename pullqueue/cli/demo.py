@@ -13,6 +13,7 @@ from rich.console import Console
 
 from pullqueue.cli.base import (
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_STATUS_HELP,
     EXIT_USAGE,
@@ -107,6 +108,13 @@ def demo(
         raise click.BadParameter(str(exc), param_hint="'--url'") from exc
     except (InvalidQueueNameError, QueueInUseError) as exc:
         fail(f"--queue: {exc}", EXIT_USAGE)
+    except KeyboardInterrupt:
+        click.echo(
+            f"\ninterrupted: tasks this demo added may remain in queue {queue_name!r}; the next"
+            " `pullqueue demo` on it deletes them first",
+            err=True,
+        )
+        raise SystemExit(EXIT_INTERRUPTED) from None
     if as_json:
         click.echo(json.dumps(result.to_dict()))
     else:

@@ -33,6 +33,7 @@ from pullqueue.cli.base import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_STATUS_HELP,
     EXIT_USAGE,
     Command,
     FiniteFloat,
@@ -67,11 +68,13 @@ Examples:
   pullqueue migrate emails --from cloudtasks://my-app/us-central1 --to pubsub://my-app \\
       --follow --report emails.json
 
-\b
-Exit status: 0 everything moved (tasks still waiting on an ETA are listed), 1 something
-failed or is left unexplained (see the report), 2 bad input (nothing was moved), 130
-interrupted by SIGINT/SIGTERM (the report says how many tasks are left, or "unknown"; run
-the same command again to finish). With --follow a signal is the normal end: 0 or 1.""",
+"""
+    + EXIT_STATUS_HELP
+    + """
+Here 0 means everything moved (tasks still waiting on an ETA are listed), 1 something
+failed or is left unexplained (see the report), 130 a signal stopped it before the source
+was empty (the report gives the tasks left, or "unknown"). With --follow a signal is the
+normal end: 0 or 1.""",
 )
 @click.argument("queue_name", metavar="QUEUE")
 @click.option("--from", "source_url", required=True, metavar="URL", help="The legacy queue's URL.")

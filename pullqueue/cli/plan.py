@@ -10,12 +10,27 @@ from pathlib import Path
 
 import click
 
-from pullqueue.cli.base import Command
+from pullqueue.cli.base import EXIT_STATUS_HELP, Command, OutputFile
 from pullqueue.errors import Error
+from pullqueue.links import TERRAFORM_EXAMPLE, TERRAFORM_MODULE
 from pullqueue.plan import build_plan, parse_tag_options, read_queue_yaml, render
 
 
-@click.command("plan", cls=Command)
+@click.command(
+    "plan",
+    cls=Command,
+    epilog=f"""\b
+Examples:
+  pullqueue plan queue.yaml --project my-app > queues.auto.tfvars.json
+  pullqueue plan queue.yaml --project my-app --tag counters=hot --out queues.auto.tfvars.json
+
+\b
+The Terraform module: {TERRAFORM_MODULE}
+A root module using it: {TERRAFORM_EXAMPLE}
+
+"""
+    + EXIT_STATUS_HELP,
+)
 @click.argument(
     "queue_yaml", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path)
 )
@@ -37,7 +52,7 @@ from pullqueue.plan import build_plan, parse_tag_options, read_queue_yaml, rende
 )
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    type=OutputFile(),
     help="Write the JSON to this file (e.g. queues.auto.tfvars.json) instead of stdout.",
 )
 def plan(
@@ -45,8 +60,8 @@ def plan(
 ) -> None:
     """Print the Terraform variables for every pull queue of QUEUE_YAML.
 
-    The JSON sets project_id, prefix and queues of the module in terraform/modules/pullqueue;
-    save it as *.auto.tfvars.json beside the root module (terraform/examples/basic shows one).
+    The JSON sets project_id, prefix and queues of the Terraform module (its source below);
+    save it as *.auto.tfvars.json beside your root module (the example below shows one).
     """
     try:
         text = queue_yaml.read_text(encoding="utf-8")

@@ -18,7 +18,14 @@ from rich.live import Live
 from rich.table import Table
 
 from pullqueue.adapters.base import Backend
-from pullqueue.cli.base import Command, FiniteFloat, connect_backend, json_option, url_option
+from pullqueue.cli.base import (
+    EXIT_STATUS_HELP,
+    Command,
+    FiniteFloat,
+    connect_backend,
+    json_option,
+    url_option,
+)
 from pullqueue.config import Settings
 from pullqueue.monitoring import Backlog, BacklogReader, layout_subscriptions
 from pullqueue.queue import Queue
@@ -189,9 +196,9 @@ Examples:
   pullqueue stats counters --url pubsub://my-project --json
   pullqueue stats counters --url pubsub://my-project --watch --interval 30
 
-\b
-Exit status: 0 shown, 1 failed (the message says why), 2 usage error, 130 interrupted
-(Ctrl-C, the way to leave --watch).""",
+"""
+    + EXIT_STATUS_HELP
+    + "\nHere 130 is also how --watch ends (Ctrl-C).",
 )
 @click.argument("queue_name", metavar="QUEUE")
 @url_option()

@@ -16,6 +16,7 @@ import click
 from pullqueue.cli.base import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    EXIT_STATUS_HELP,
     EXIT_USAGE,
     Command,
     Count,
@@ -47,9 +48,11 @@ Examples:
   PULLQUEUE_URL=pubsub://my-project pullqueue work counters app:count --exit-when-idle 30
   pullqueue work emails mail:send --url pubsub://my-project --metrics-port 9464
 
-\b
-Exit status: 0 stopped cleanly (SIGTERM/SIGINT, or idle), 1 a queue error stopped
-it (the message says what to fix), 2 bad usage, 130 a second signal cut it short.""",
+"""
+    + EXIT_STATUS_HELP
+    + """
+Here 0 means it stopped cleanly (a first SIGTERM/SIGINT, or idle), 1 a queue error stopped
+it, 130 a second signal cut it short.""",
 )
 @click.argument("queue_name", metavar="QUEUE")
 @click.argument("handler_spec", metavar="MODULE:FUNCTION")

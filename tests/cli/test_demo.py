@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
 from pullqueue import Queue, Task, connect
-from tests.cli.support import clean_env, one_error_line, run
+from tests.cli.support import PULLQUEUE, clean_env, one_error_line, run
 from tests.support.emulators import shared_emulator_host
 
 
@@ -48,3 +50,32 @@ def test_the_demo_reports_as_json_for_scripts(tmp_path: Path) -> None:
     result = json.loads(done.stdout)
     assert result["ok"] is True and result["totals"]["processed"] == 200
     assert result["migration"]["interrupted"] is False
+
+
+def test_ctrl_c_stops_the_demo_and_the_next_run_clears_what_it_left(tmp_path: Path) -> None:
+    host = shared_emulator_host("pubsub")
+    project = f"pq-{uuid.uuid4().hex[:12]}"
+    env = clean_env(PUBSUB_EMULATOR_HOST=host, PULLQUEUE_DEMO_PROJECT=project)
+    process = subprocess.Popen(
+        [PULLQUEUE, "demo", "--tasks", "5000", "--concurrency", "1", "--batch-size", "10"],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()  # the workers, 10 tasks a call, are far from done
+        assert first.startswith("migration finished: 5000 tasks"), first
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert "interrupted: tasks this demo added may remain" in err and "Traceback" not in err
+
+    again = run("demo", "--tasks", "200", "--json", cwd=tmp_path, env=env, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    result = json.loads(again.stdout)
+    assert result["ok"] is True and result["leftovers_cleared"] > 0

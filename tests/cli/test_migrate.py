@@ -240,3 +240,19 @@ def test_a_journal_from_a_killed_run_without_damage_resumes(tmp_path: Path) -> N
     done = run(*command, cwd=tmp_path, env=plugin_env(), timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert count(tmp_path / "src.db") == 0 and count(tmp_path / "dst.db") == 3000
+
+
+QUEUE_YAML = "queue:\n- name: counters\n  mode: pull\n"
+
+
+@pytest.mark.parametrize("where", ["missing/q.auto.tfvars.json", "read-only/q.auto.tfvars.json"])
+def test_plan_out_into_a_missing_or_read_only_directory_is_one_line(
+    read_only_dir: Path, where: str
+) -> None:
+    work = read_only_dir.parent
+    (work / "queue.yaml").write_text(QUEUE_YAML)
+    done = run("plan", "queue.yaml", "--project", "p", "--out", where, cwd=work)
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done.stderr)
+    assert "--out" in line and where in line
+    assert done.stdout == ""

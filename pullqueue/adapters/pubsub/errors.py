@@ -17,6 +17,7 @@ from pullqueue.errors import (
     PermissionDeniedError,
     TransientError,
 )
+from pullqueue.links import TERRAFORM_MODULE
 
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     gexc.ServiceUnavailable,
@@ -34,7 +35,7 @@ EXACTLY_ONCE_REASON = "EXACTLY_ONCE_ACKID_FAILURE"
 TRANSIENT_ACK_PREFIX = "TRANSIENT_"
 
 PROVISION_HINT = (
-    "provision the queue with the Terraform module terraform/modules/pullqueue"
+    f"provision the queue with the Terraform module {TERRAFORM_MODULE}"
     " (`pullqueue plan queue.yaml --project PROJECT` prints its variables), or set"
     " PULLQUEUE_AUTO_CREATE=1 to create it (development and tests)"
 )
@@ -63,7 +64,7 @@ def translate(
         return PermissionDeniedError(
             f"Pub/Sub refused the call{where} ({exc.message}): grant the service account"
             " roles/pubsub.publisher on the topic (producers) or roles/pubsub.subscriber on the"
-            " subscriptions (workers), as terraform/modules/pullqueue does",
+            f" subscriptions (workers), as the Terraform module {TERRAFORM_MODULE} does",
             queue=queue,
             task=task,
         )

@@ -32,6 +32,7 @@ from pullqueue.errors import (
     NotProvisionedError,
     PermissionDeniedError,
 )
+from pullqueue.links import TERRAFORM_MODULE
 from pullqueue.retry import RetryParameters
 
 log = logging.getLogger(__name__)
@@ -214,7 +215,7 @@ class Provisioner:
             raise ConfigurationError(
                 f"Pub/Sub subscription {path} does not match the queue's layout: "
                 + "; ".join(problems)
-                + ". Recreate it with the Terraform module terraform/modules/pullqueue (a"
+                + f". Recreate it with the Terraform module {TERRAFORM_MODULE} (a"
                 " subscription's filter cannot change), or set PULLQUEUE_PUBSUB_DECLARED_TAGS"
                 " to the tags it was created with",
                 queue=queue,
