@@ -20,7 +20,14 @@ from rich.table import Table
 from rich.text import Text
 
 from pullqueue.adapters.base import Backend
-from pullqueue.cli.base import EXIT_INTERRUPTED, Command, Count, json_option, url_option
+from pullqueue.cli.base import (
+    EXIT_INTERRUPTED,
+    EXIT_STATUS_HELP,
+    Command,
+    Count,
+    json_option,
+    url_option,
+)
 from pullqueue.cli.tasks import iso, open_backend, preview, safe
 
 NO_DEAD_LETTERS = (
@@ -105,9 +112,9 @@ Examples:
   pullqueue dead-letters counters --url pubsub://my-project --redrive
   pullqueue dead-letters counters --url pubsub://my-project --purge --yes
 
-\b
-Exit status: 0 done, 1 failed (the message says why), 2 usage error (nothing changed),
-130 interrupted (what was redriven or purged is reported; run again to finish).""",
+"""
+    + EXIT_STATUS_HELP
+    + "\nHere 130 reports what was redriven or purged before the interruption.",
 )
 @click.argument("queue_name", metavar="QUEUE")
 @url_option()

@@ -17,7 +17,15 @@ from rich.table import Table
 from rich.text import Text
 
 from pullqueue.adapters.base import Backend, ListingBackend
-from pullqueue.cli.base import Command, Count, connect_backend, fail, json_option, url_option
+from pullqueue.cli.base import (
+    EXIT_STATUS_HELP,
+    Command,
+    Count,
+    connect_backend,
+    fail,
+    json_option,
+    url_option,
+)
 from pullqueue.errors import Error
 from pullqueue.queue import validate_queue_name
 
@@ -146,8 +154,8 @@ Examples:
   pullqueue tasks counters --url pubsub://my-project --tag user-42 --limit 50
   pullqueue tasks counters --url pubsub://my-project --payload --json
 
-\b
-Exit status: 0 shown, 1 failed (the message says why), 2 usage error, 130 interrupted.""",
+"""
+    + EXIT_STATUS_HELP,
 )
 @click.argument("queue_name", metavar="QUEUE")
 @url_option()
