@@ -121,6 +121,17 @@ class LeasedBatch:
                         expires=task.lease_expires,
                     )
 
+    def dead_letter(self, tasks: Iterable[Task], move: Callable[[Task], bool]) -> list[Task]:
+        """Hand failed tasks still held to `move` (the queue's dead-lettering); the tasks it
+        moved are no longer held: nothing extends or releases them after."""
+        with self.lock:
+            moved = []
+            for task in tasks:
+                if task.name in self._held and move(task):
+                    del self._held[task.name]
+                    moved.append(task)
+            return moved
+
     def fail(self, tasks: Iterable[Task]) -> list[float]:
         """Record tasks whose handler failed; the delay (s) after which each is leasable again.
 

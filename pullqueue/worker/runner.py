@@ -367,9 +367,9 @@ class Worker:
         self._timed(started, None)
         with batch.lock:
             batch.done.extend(done)
-        batch.fail(failed)
-        self.stats.add(processed=len(done), failed=len(failed))
-        self._count_last_attempts(failed)
+        self.stats.add(processed=len(done))
+        if failed:
+            self._failed(batch, failed, None)
         log_event(
             logger,
             logging.INFO if not failed else logging.WARNING,
@@ -391,11 +391,24 @@ class Worker:
         names = {t.name for t in result if isinstance(t, Task)}
         return [t for t in tasks if t.name in names], [t for t in tasks if t.name not in names]
 
-    def _failed(self, batch: LeasedBatch, tasks: Sequence[Task], exc: BaseException) -> None:
-        delays = batch.fail(tasks)
-        self.stats.add(failed=len(tasks))
-        self._count_last_attempts(tasks)
-        for task, delay in zip(tasks, delays, strict=True):
+    def _failed(self, batch: LeasedBatch, tasks: Sequence[Task], exc: BaseException | None) -> None:
+        """Release failed tasks for a later attempt; a task on its last attempt goes to the
+        dead-letter topic now, with the error, where the backend can (Pub/Sub)."""
+        error = (
+            f"{type(exc).__name__}: {exc}"
+            if exc is not None
+            else "the batch handler did not return it as done"
+        )
+        final = getattr(self.queue.backend, "final_attempt", None)
+        last = [t for t in tasks if final(self.queue.name, t)] if final is not None else []
+        dead_letter = getattr(self.queue.backend, "dead_letter", None)
+        moved: list[Task] = []
+        if last and dead_letter is not None:
+            moved = batch.dead_letter(last, lambda task: dead_letter(self.queue.name, task, error))
+        released = [t for t in tasks if t not in moved]
+        delays = batch.fail(released)
+        self.stats.add(failed=len(tasks), dead_lettered=len(last))
+        for task in moved:
             log_event(
                 logger,
                 logging.WARNING,
@@ -404,18 +417,23 @@ class Worker:
                 task=task.name,
                 tag=task.tag,
                 retry_count=task.retry_count,
-                error=f"{type(exc).__name__}: {exc}",
-                next=f"released; leasable again in {delay:.1f} s",
+                error=error,
+                next="dead-lettered: its last attempt (pullqueue dead-letters shows it)",
             )
-
-    def _count_last_attempts(self, tasks: Sequence[Task]) -> None:
-        """Count failed tasks the queue will set aside rather than hand out again."""
-        final = getattr(self.queue.backend, "final_attempt", None)
-        if final is None:
-            return
-        last = sum(1 for task in tasks if final(self.queue.name, task))
-        if last:
-            self.stats.add(dead_lettered=last)
+        for task, delay in zip(released, delays, strict=True):
+            log_event(
+                logger,
+                logging.WARNING,
+                "failed",
+                queue=self.queue.name,
+                task=task.name,
+                tag=task.tag,
+                retry_count=task.retry_count,
+                error=error,
+                next="released; dead-lettered by the queue, its last attempt"
+                if task in last
+                else f"released; leasable again in {delay:.1f} s",
+            )
 
     def _cancel(self, batch: LeasedBatch, task: Task | None) -> None:
         """Release, unhandled, the item's task (or whole batch): the worker is stopping."""

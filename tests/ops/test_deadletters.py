@@ -19,9 +19,6 @@ from google.api_core import exceptions as gexc
 from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.deadletters import (
-    SOURCE_DELIVERIES,
-    SOURCE_PUBLISH_TIME,
-    SOURCE_SUBSCRIPTION,
     _copy,
     _ensure_audit,
     _paths,
@@ -29,7 +26,13 @@ from pullqueue.adapters.pubsub.deadletters import (
 )
 from pullqueue.adapters.pubsub.peek import look, pull_all
 from pullqueue.adapters.pubsub.provision import DEAD_LETTER_ACK_DEADLINE
-from pullqueue.adapters.pubsub.wire import PubsubMessagePb, format_eta
+from pullqueue.adapters.pubsub.wire import (
+    SOURCE_DELIVERIES,
+    SOURCE_PUBLISH_TIME,
+    SOURCE_SUBSCRIPTION,
+    PubsubMessagePb,
+    format_eta,
+)
 from tests.cli.support import PULLQUEUE, clean_env, run
 from tests.support.emulators import shared_emulator_host
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from pullqueue import Queue, Settings, Task, connect
+from pullqueue.adapters.pubsub import PubSubBackend
+from pullqueue.adapters.pubsub.deadletters import list_dead_letters
 from tests.support.emulators import shared_emulator_host
 
 PULLQUEUE = str(Path(sys.executable).with_name("pullqueue"))
@@ -126,6 +128,16 @@ def test_a_working_worker_serves_its_metrics(tmp_path: Path) -> None:
             if worker.poll() is None:
                 worker.kill()
     assert worker.returncode == 0
+    # The worker moved the poison task to the dead letters itself, saying why.
+    backend = connect(f"pubsub://{PROJECT}", settings=Settings(pubsub_max_delivery_attempts=5))
+    try:
+        assert isinstance(backend, PubSubBackend)
+        (dead,) = list_dead_letters(backend, name, tag=None, limit=10)
+    finally:
+        backend.close()
+    assert dead.delivery.name == "poison" and dead.delivery.payload == b"bad"
+    assert dead.last_error == "RuntimeError: always fails"
+    assert dead.attempts == 5 and dead.source_subscription == f"{name}-workers"
 
 
 def test_a_port_in_use_is_a_usage_error() -> None:

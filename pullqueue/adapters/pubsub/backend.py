@@ -692,6 +692,23 @@ class PubSubBackend:
         written by `pullqueue plan`, or a Pub/Sub retry policy); None when it has none."""
         return self.topology(queue).retry
 
+    def dead_letter(self, queue: str, task: Task, error: str) -> bool:
+        """Move a task on its last delivery attempt, whose handler failed with `error`, to the
+        dead-letter topic now, so `pullqueue dead-letters` shows why it died; True when done.
+        False (nothing changed) when it is not on its last attempt, not leased by this process,
+        or publishing is denied: release it then, as any failed task."""
+        lease = self._book.find(queue, task)
+        topology = self._topologies.get(queue)
+        if lease is None or topology is None or not self.final_attempt(queue, task):
+            return False
+        with lease.lock:
+            if lease.lost or not self._book.holds(lease):
+                return False
+            if not self._republisher.dead_letter(queue, topology, lease.delivery, error):
+                return False
+            self._book.remove(lease)
+        return True
+
     def final_attempt(self, queue: str, task: Task) -> bool:
         """True when the task's current delivery is its last before the dead-letter policy
         moves it aside: released now, it goes to the dead-letter topic, not to a worker."""

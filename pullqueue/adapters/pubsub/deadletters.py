@@ -22,7 +22,11 @@ from pullqueue.adapters.pubsub.layout import ATTR_ETA
 from pullqueue.adapters.pubsub.peek import give_back, pull_all
 from pullqueue.adapters.pubsub.provision import DEAD_LETTER_ACK_DEADLINE
 from pullqueue.adapters.pubsub.wire import (
+    ATTR_LAST_ERROR,
     ATTR_SET_ASIDE,
+    SOURCE_DELIVERIES,
+    SOURCE_PUBLISH_TIME,
+    SOURCE_SUBSCRIPTION,
     Delivery,
     PubsubMessagePb,
     format_eta,
@@ -34,11 +38,6 @@ log = logging.getLogger(__name__)
 
 ATTR_REDRIVE_OF = "redrive_of"
 """On a task put back from the dead letters: the message id of the dead letter it copies."""
-ATTR_LAST_ERROR = "last_error"
-"""On a dead letter a worker set aside itself: the handler's last error (type: message)."""
-SOURCE_DELIVERIES = "CloudPubSubDeadLetterSourceDeliveryCount"
-SOURCE_SUBSCRIPTION = "CloudPubSubDeadLetterSourceSubscription"
-SOURCE_PUBLISH_TIME = "CloudPubSubDeadLetterSourceTopicPublishTime"
 _PUBSUB_PREFIX = "CloudPubSubDeadLetter"
 REDRIVE_FILTER = f"attributes:{ATTR_REDRIVE_OF}"
 SETTLE_MARGIN = 5.0

@@ -15,7 +15,16 @@ from pullqueue.adapters.pubsub.layout import ATTR_ETA
 from pullqueue.adapters.pubsub.leases import LeaseBook
 from pullqueue.adapters.pubsub.provision import QueueTopology
 from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PubSubRpc
-from pullqueue.adapters.pubsub.wire import ATTR_SET_ASIDE, Delivery, PubsubMessagePb, format_eta
+from pullqueue.adapters.pubsub.wire import (
+    ATTR_LAST_ERROR,
+    ATTR_SET_ASIDE,
+    SOURCE_DELIVERIES,
+    SOURCE_PUBLISH_TIME,
+    SOURCE_SUBSCRIPTION,
+    Delivery,
+    PubsubMessagePb,
+    format_eta,
+)
 from pullqueue.errors import NotProvisionedError, PermissionDeniedError
 from pullqueue.worker.logs import log_event
 
@@ -119,6 +128,42 @@ class Republisher:
                 next="not served; read it from the dead-letter subscription",
             )
         self._ack_originals(queue, deliveries, "set aside")
+
+    def dead_letter(
+        self, queue: str, topology: QueueTopology, delivery: Delivery, error: str
+    ) -> bool:
+        """Move a task whose handler failed on its last delivery attempt to the dead-letter
+        topic now, with the error in `last_error` and the attributes Pub/Sub itself adds, then
+        acknowledge it. False when publishing is denied: the caller releases it and Pub/Sub
+        dead-letters it, without the error."""
+        topic = self.rpc.topic_path(topology.layout.dead_letter_topic_id)
+        attributes = dict(delivery.attributes)
+        attributes.update(
+            {
+                ATTR_LAST_ERROR: error.encode("utf-8")[:1024].decode("utf-8", "ignore"),
+                SOURCE_DELIVERIES: str(delivery.attempt),
+                SOURCE_SUBSCRIPTION: delivery.subscription.rsplit("/", 1)[-1],
+                SOURCE_PUBLISH_TIME: format_eta(delivery.published),
+            }
+        )
+        try:
+            self.rpc.publish(
+                topic, [PubsubMessagePb(data=delivery.payload, attributes=attributes)], queue=queue
+            )
+        except DENIED as exc:
+            log_event(
+                log,
+                logging.WARNING,
+                "dead_letter_denied",
+                queue=queue,
+                task=delivery.name,
+                topic=topic,
+                error=exc.message,
+                next=f"released: Pub/Sub dead-letters it without its last error; {GRANT_HINT}",
+            )
+            return False
+        self._ack_originals(queue, [delivery], "dead-lettered")
+        return True
 
     def _ack_originals(self, queue: str, deliveries: Sequence[Delivery], done: str) -> None:
         by_source: dict[str, list[str]] = defaultdict(list)

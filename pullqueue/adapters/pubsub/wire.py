@@ -24,6 +24,15 @@ ATTR_RETRY_LIMIT = "retry_limit"
 ATTR_SET_ASIDE = "pullqueue_set_aside"
 """Added to a message set aside on the dead-letter topic: why no worker could serve it."""
 
+ATTR_LAST_ERROR = "last_error"
+"""Added to a task a worker moved to the dead-letter topic itself, after its handler failed on
+the last delivery attempt: the handler's error, `Type: message`, at most 1024 bytes."""
+
+# What Pub/Sub adds to a message it dead-letters (and a worker that dead-letters one itself).
+SOURCE_DELIVERIES = "CloudPubSubDeadLetterSourceDeliveryCount"
+SOURCE_SUBSCRIPTION = "CloudPubSubDeadLetterSourceSubscription"
+SOURCE_PUBLISH_TIME = "CloudPubSubDeadLetterSourceTopicPublishTime"
+
 MAX_RETRY_LIMIT = 2**31 - 1
 """The largest retry_limit read (the legacy field is a 32-bit integer); above it, no limit."""
 
