@@ -170,9 +170,18 @@ class Task(_CoreTask):
     Fields as in the legacy API: name, payload, tag, eta, eta_posix, retry_count, queue_name,
     was_enqueued, was_deleted, size, method. The ETA of a task without `eta` is taken from the
     backend's clock when the task is added.
+
+    `Task(name='job-42')`, without a payload, is a handle on a task by its name, as legacy code
+    builds one to delete or lease-check a task: delete_tasks and modify_task_lease accept it,
+    and add refuses it with InvalidQueueModeError, as a pull queue refused the SDK's (a push task).
     """
 
     __slots__ = ()
+
+    def __new__(cls, payload: bytes | str | None = None, *args: Any, **kwargs: Any) -> Task:
+        if payload is None and cls is Task and not kwargs.get("params"):
+            return _CoreTask.__new__(_NameOnlyTask)
+        return _CoreTask.__new__(cls)
 
     def __init__(
         self,
@@ -197,7 +206,9 @@ class Task(_CoreTask):
                 raise InvalidTaskNameError(f"the task name must be a string, not {name!r}")
             validate_task_name(name)
         if payload is None:
-            raise InvalidTaskError("payload must be specified for pull task", task=name)
+            if type(self) is not _NameOnlyTask:
+                raise InvalidTaskError("payload must be specified for pull task", task=name)
+            payload = b""
         if not isinstance(payload, str | bytes):
             raise InvalidTaskError(f"Task payloads must be strings; invalid payload: {payload!r}")
         if eta is not None or countdown is not None:
@@ -315,6 +326,12 @@ class Task(_CoreTask):
             "was_enqueued": self.was_enqueued,
         }
         return "Task<" + ", ".join(f"{key}={value!r}" for key, value in fields.items()) + ">"
+
+
+class _NameOnlyTask(Task):
+    """A Task built without a payload: it names a task to delete or check, and cannot be added."""
+
+    __slots__ = ()
 
 
 _LEGACY_KEYWORDS = frozenset(
@@ -564,11 +581,13 @@ class Queue:
                 queue=self.name,
             )
         if isinstance(task, _CoreTask):
+            _check_payload([task])
             with _legacy_rpc:
                 return self._queue.add(task)  # type: ignore[return-value]
         tasks = list(task)
         if not tasks:
             return []
+        _check_payload(tasks)
         with _legacy_rpc:
             return self._queue.add(tasks)  # type: ignore[return-value]
 
@@ -710,6 +729,17 @@ class Queue:
             executed_last_minute=stats.executed_last_minute,
             in_flight=stats.leased,
         )
+
+
+def _check_payload(tasks: Iterable[_CoreTask]) -> None:
+    for task in tasks:
+        if type(task) is _NameOnlyTask:
+            # The SDK's Task(name=...) is a push task (method POST), refused by a pull queue.
+            raise InvalidQueueModeError(
+                "a Task without a payload only names a task (to delete it); a pull task needs"
+                " a payload: Task(payload=..., method='PULL')",
+                task=task.name,
+            )
 
 
 def _named(name: str) -> Task:

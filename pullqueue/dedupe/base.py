@@ -1,7 +1,8 @@
 """The NameRegistry protocol the Pub/Sub adapter calls around publish and ack.
 
 Small on purpose: claim names atomically (create-if-absent), give a claim back when a publish
-fails, and turn a claim into a tombstone with a time to live when the task is deleted.
+fails, turn a claim into a tombstone with a time to live when the task is deleted (by its
+holder, or by name from anywhere), and say which names are tombstoned.
 """
 
 from __future__ import annotations
@@ -30,6 +31,17 @@ class NameRegistry(Protocol):
 
     def tombstone(self, queue: str, names: Sequence[str]) -> None:
         """Mark names of deleted tasks as tombstoned until their time to live runs out."""
+        ...
+
+    def delete(self, queue: str, names: Sequence[str]) -> list[bool]:
+        """Tombstone the names whose task is in the queue (live), for a delete by name from a
+        process that holds no lease on the task; True per name that was live, False for a name
+        unknown or already tombstoned (left as it was)."""
+        ...
+
+    def tombstoned(self, queue: str, names: Sequence[str]) -> set[str]:
+        """The names among `names` that are tombstoned now: their task was deleted, so a copy
+        still delivered must be dropped, never handed out."""
         ...
 
     def purge(self, queue: str) -> None:

@@ -313,6 +313,87 @@ class FirestoreNameRegistry:
             queue=queue,
         )
 
+    def delete(self, queue: str, names: Sequence[str]) -> list[bool]:
+        now = self._clock()
+        unique = list(dict.fromkeys(names))
+        refs = [self._collection.document(document_id(queue, n)) for n in unique]
+        tombstone: dict[str, FieldValue] = {
+            "state": TOMBSTONE,
+            "tombstoned_at": _utc(now),
+            TTL_FIELD: _utc(now + self.tombstone_seconds),
+            "claim": None,
+        }
+        deleted: set[str] = set()
+        pending = list(range(len(unique)))
+        try:
+            for _ in range(CLAIM_ROUNDS):
+                snapshots = self._read([refs[i] for i in pending])
+                live = [
+                    (i, snapshots[refs[i].id])
+                    for i in pending
+                    if refs[i].id in snapshots
+                    and snapshots[refs[i].id].exists
+                    and (snapshots[refs[i].id].to_dict() or {}).get("state") == LIVE
+                ]
+                codes = self._commit(
+                    lambda writes, item: writes.update(
+                        refs[item[0]].path, tombstone, update_time=item[1].update_time
+                    ),
+                    live,
+                )
+                pending = []
+                for (i, _), code in zip(live, codes, strict=True):
+                    if code == _OK:
+                        deleted.add(unique[i])
+                    else:
+                        pending.append(i)
+                if not pending:
+                    return [name in deleted for name in names]
+        except Exception as exc:
+            error = self._translate(
+                exc,
+                queue,
+                "tombstone task names deleted by name",
+                "the tasks may not be deleted: retry the delete",
+                names,
+            )
+            if error is None:
+                raise
+            raise error from exc
+        raise TransientError(
+            f"{len(pending)} task names kept changing while being deleted by name in {self.url}"
+            f" (first: {unique[pending[0]]!r}); retry the delete",
+            queue=queue,
+        )
+
+    def tombstoned(self, queue: str, names: Sequence[str]) -> set[str]:
+        now = self._clock()
+        unique = list(dict.fromkeys(names))
+        refs = [self._collection.document(document_id(queue, n)) for n in unique]
+        try:
+            snapshots = self._read(refs)
+        except Exception as exc:
+            error = self._translate(
+                exc,
+                queue,
+                "look up deleted task names",
+                "no task was handed out: back off and retry the lease",
+                names,
+            )
+            if error is None:
+                raise
+            raise error from exc
+        found: set[str] = set()
+        for name, ref in zip(unique, refs, strict=True):
+            snapshot = snapshots.get(ref.id)
+            if snapshot is None or not snapshot.exists:
+                continue
+            data = snapshot.to_dict() or {}
+            expire_at = _posix(data.get(TTL_FIELD))
+            if data.get("state") == TOMBSTONE and (expire_at is None or expire_at > now):
+                found.add(name)
+        return found
+
     def purge(self, queue: str) -> None:
         now = self._clock()
         tombstone: dict[str, FieldValue] = {

@@ -74,11 +74,34 @@ class MemoryNameRegistry:
 
     def tombstone(self, queue: str, names: Sequence[str]) -> None:
         with self._lock:
-            expire_at = self._clock() + self.tombstone_seconds
-            records = self._queues.setdefault(queue, {})
-            for name in names:
-                records[name] = _Record(TOMBSTONE, expire_at)
-                self._expiries.append((expire_at, queue, name))
+            self._tombstone(queue, names)
+
+    def _tombstone(self, queue: str, names: Sequence[str]) -> None:
+        expire_at = self._clock() + self.tombstone_seconds
+        records = self._queues.setdefault(queue, {})
+        for name in names:
+            records[name] = _Record(TOMBSTONE, expire_at)
+            self._expiries.append((expire_at, queue, name))
+
+    def delete(self, queue: str, names: Sequence[str]) -> list[bool]:
+        with self._lock:
+            records = self._queues.get(queue, {})
+            live = [n for n in dict.fromkeys(names) if (r := records.get(n)) and r.state == LIVE]
+            self._tombstone(queue, live)
+        found = set(live)
+        return [name in found for name in names]
+
+    def tombstoned(self, queue: str, names: Sequence[str]) -> set[str]:
+        with self._lock:
+            now = self._clock()
+            records = self._queues.get(queue, {})
+            return {
+                name
+                for name in names
+                if (record := records.get(name)) is not None
+                and record.state == TOMBSTONE
+                and (record.expire_at is None or record.expire_at > now)
+            }
 
     def purge(self, queue: str) -> None:
         with self._lock:

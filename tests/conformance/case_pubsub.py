@@ -42,8 +42,6 @@ CASE = BackendCase(
         " pulls brought (oldest ETA, else publish time, first), not the whole queue",
         "oldest_tag": "lease_tasks_by_tag(tag=None) follows the oldest task among those in hand"
         " (held ones, else one pull round), which need not be the queue's oldest",
-        "delete_unleased": "only the holder of a lease can acknowledge a message; deleting by"
-        " name a task this process holds no lease on deletes nothing (was_deleted False)",
         "stats_exact": "Pub/Sub's API counts no backlog; stats() reports this process's leases"
         " and held tasks with approximate=True",
         "stats_leased": "leased counts this process's current leases only, not other workers'",

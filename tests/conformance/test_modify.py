@@ -122,3 +122,25 @@ def test_lease_seconds_out_of_range(harness: Harness, bad: float) -> None:
 def test_task_without_name(harness: Harness) -> None:
     with pytest.raises(BadTaskStateError):
         harness.new_queue().modify_lease(Task(b"x"), 60)
+
+
+@pytest.mark.feature("lease_token")
+def test_a_task_whose_eta_is_not_the_lease_end_holds_no_lease(harness: Harness) -> None:
+    """The ETA is the lease token: a task of the same name with an ETA one second before the
+    lease's end (as a worker rebuilding it by name would make) is refused, and the real lease
+    stays the worker's to extend and delete."""
+    import datetime as dt
+
+    queue, task = _leased(harness, 60)
+    assert task.eta_posix is not None
+    stale = Task(
+        b"",
+        name=task.name,
+        eta=dt.datetime.fromtimestamp(task.eta_posix - 1, tz=dt.timezone.utc),
+    )
+    with pytest.raises(TaskLeaseExpiredError) as raised:
+        queue.modify_lease(stale, 5)
+    assert raised.value.task == "job"
+    queue.modify_lease(task, 5)
+    (deleted,) = queue.delete(task)
+    assert deleted.was_deleted

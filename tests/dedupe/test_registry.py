@@ -164,3 +164,24 @@ def test_any_legal_name_round_trips(registry: NameRegistry, queue_name: str, nam
     assert registry.claim(queue_name, [name]) == [None]
     registry.tombstone(queue_name, [name])
     assert kinds(registry.claim(queue_name, [name])) == ["TombstonedTaskError"]
+
+
+def test_delete_by_name_tombstones_only_live_names(
+    registry: NameRegistry, queue_name: str, clock: FakeClock
+) -> None:
+    registry.claim(queue_name, ["job-1", "job-2", "done"])
+    registry.tombstone(queue_name, ["done"])
+    assert registry.delete(queue_name, ["job-1", "done", "never-added"]) == [True, False, False]
+    assert registry.tombstoned(queue_name, ["job-1", "job-2", "done", "never-added"]) == {
+        "job-1",
+        "done",
+    }
+    assert kinds(registry.claim(queue_name, ["job-1", "never-added"])) == [
+        "TombstonedTaskError",
+        None,
+    ]
+    assert registry.delete(queue_name, ["job-1"]) == [False]
+    clock.advance(TOMBSTONE_SECONDS + 1)
+    assert registry.tombstoned(queue_name, ["job-1", "done"]) == set()
+    assert registry.delete(queue_name, []) == []
+    assert registry.tombstoned(queue_name, []) == set()

@@ -48,19 +48,6 @@ def test_oldest_tag__follows_the_oldest_task_in_hand(make_backend: MakeBackend) 
     assert queue.lease(60, 10, group_by_tag=True) == []
 
 
-def test_delete_unleased__deletes_nothing_and_says_so(make_backend: MakeBackend) -> None:
-    producer = Queue("unleased", make_backend())
-    producer.add([Task(b"x", name="keep")])
-    (result,) = producer.delete_by_name("keep")
-    assert result.was_deleted is False
-    worker = Queue("unleased", make_backend())
-    (task,) = worker.lease(60, 10)
-    assert task.name == "keep"
-    # The holder's process can delete it by name.
-    (deleted,) = worker.delete_by_name("keep")
-    assert deleted.was_deleted is True
-
-
 def test_stats__counts_this_processes_leases_and_held_tasks_approximately(
     make_backend: MakeBackend,
 ) -> None:

@@ -54,6 +54,9 @@ PULL_SHARE = 100
 """Messages per pull when a lease call spreads a big pull over several (the emulator's cap)."""
 SAME_DEADLINE = 0.25
 """Seconds a lease may end early to reuse the deadline its pull set (saving one call)."""
+LEASE_TOKEN_SLACK = 1e-6
+"""Seconds a task's ETA may differ from its lease's end and still name that lease (datetimes
+carry microseconds, lease ends are floats)."""
 NEXT_PULL_WAIT = 0.25
 """Seconds a pull waits on an empty subscription once the lease call has tasks to answer with."""
 
@@ -160,6 +163,7 @@ class PubSubBackend:
             for i in chunk:
                 tasks[i].name = names[i]
                 tasks[i].eta_posix = round(etas[i], 6)
+            self._book.seen(queue, [names[i] for i in chunk])
         return outcomes
 
     @staticmethod
@@ -328,10 +332,8 @@ class PubSubBackend:
         rule = topology.rules[source]
         now = time.time()
         foreign: list[str] = []
-        deferred: dict[int, list[Delivery]] = defaultdict(list)
-        renew: list[Delivery] = []
+        served: list[Delivery] = []
         aside: list[Delivery] = []
-        ready: list[Delivery] = []
         for item in received:
             if not rule.serves(item.message.attributes):
                 foreign.append(item.ack_id)
@@ -349,6 +351,17 @@ class PubSubBackend:
             if delivery.set_aside is not None:
                 aside.append(delivery)
                 continue
+            served.append(delivery)
+        self._book.seen(queue, [d.name for d in served])
+        gone = self._book.deleted_among(queue, [d.name for d in served])
+        if gone:
+            # Copies of tasks deleted by name (or redelivered after their delete): never served.
+            foreign += [d.ack_id for d in served if d.name in gone]
+            served = [d for d in served if d.name not in gone]
+        deferred: dict[int, list[Delivery]] = defaultdict(list)
+        renew: list[Delivery] = []
+        ready: list[Delivery] = []
+        for delivery in served:
             if delivery.eta is not None and delivery.eta > now:
                 if self._near_limits(topology, delivery, now):
                     renew.append(delivery)
@@ -439,6 +452,7 @@ class PubSubBackend:
         self, queue: str, topology: QueueTopology, picked: list[Delivery], lease_seconds: float
     ) -> list[Task]:
         """Set the picked deliveries' ack deadlines to the lease and record the leases."""
+        picked = self._drop_deleted(queue, picked)
         if not picked:
             return []
         picked.sort(key=lambda d: (d.order, d.name))
@@ -492,6 +506,40 @@ class PubSubBackend:
             )
             for lease, count in zip(leases, counts, strict=True)
         ]
+
+    def _drop_deleted(self, queue: str, picked: list[Delivery]) -> list[Delivery]:
+        """The picked deliveries less those whose task was deleted by name (acked unseen).
+
+        A process that deletes a task it holds no lease on cannot ack it; it tombstones the name
+        (in the registry when there is one, else in this process), and whoever is delivered the
+        task next drops it here, just before it would be handed out.
+        """
+        if not picked:
+            return picked
+        names = [d.name for d in picked]
+        gone = self._book.deleted_among(queue, names)
+        if self.names is not None:
+            try:
+                gone |= self.names.tombstoned(queue, names)
+            except Error:
+                self._hold(queue, self.topology(queue), picked)
+                raise
+        if not gone:
+            return picked
+        dropped = [d for d in picked if d.name in gone]
+        self._book.mark_deleted(queue, gone)
+        by_source: dict[str, list[str]] = defaultdict(list)
+        for delivery in dropped:
+            by_source[delivery.subscription].append(delivery.ack_id)
+        for source, ack_ids in by_source.items():
+            self.rpc.ack(source, ack_ids, queue=queue)
+        log.info(
+            "queue %r: dropped %d delivered tasks deleted by name (first %r)",
+            queue,
+            len(dropped),
+            dropped[0].name,
+        )
+        return [d for d in picked if d.name not in gone]
 
     def _over_retry_limit(self, delivery: Delivery) -> bool:
         limit = delivery.retry_limit
@@ -597,23 +645,33 @@ class PubSubBackend:
             raise TaskLeaseExpiredError(
                 "the lease has expired; lease the task again", queue=lease.queue, task=task.name
             )
+        if task.eta_posix is None or abs(task.eta_posix - lease.expires) > LEASE_TOKEN_SLACK:
+            # The legacy lease token is the task's ETA: a task object whose ETA is not the
+            # current lease's end (a stale copy, or one rebuilt by name) holds no lease.
+            raise TaskLeaseExpiredError(
+                "the task's ETA is not the end of its current lease (the ETA is the lease"
+                " token: this task object is stale); use the task the last lease or"
+                " modify_task_lease returned",
+                queue=lease.queue,
+                task=task.name,
+            )
 
     def delete(self, queue: str, tasks: Sequence[Task]) -> list[bool]:
         """Acknowledge each task's lease; raises TaskLeaseExpiredError for the first task whose
         lease is gone, after deleting the others (their was_deleted is then already True).
 
-        A task given by name alone is deleted when this process holds a lease on it; otherwise
-        nothing happens to it and its result is False: only a lease's holder can ack on Pub/Sub.
+        A task given by name alone is acked when this process holds a lease on it; otherwise it
+        is deleted by name (see _delete_by_name): only a lease's holder can ack on Pub/Sub, so
+        the name is tombstoned and the task is dropped wherever it is delivered next.
         """
         self.topology(queue)
         results = [False] * len(tasks)
         failures: list[Error] = []
         by_source: dict[str, list[tuple[int, Lease]]] = defaultdict(list)
-        for i, (task, lease) in enumerate(
-            zip(tasks, self._book.find_all(queue, tasks), strict=True)
-        ):
+        leases = self._book.find_all(queue, tasks)
+        for i, (task, lease) in enumerate(zip(tasks, leases, strict=True)):
             if lease is None:
-                # A bare name this process holds no lease on: nothing deleted (was_deleted False);
+                # A bare name this process holds no lease on: deleted by name below;
                 # a lease token that is no longer current: the holder must hear about it.
                 if task.lease_token is not None and not self._book.was_deleted(
                     queue, task.name or ""
@@ -624,6 +682,14 @@ class PubSubBackend:
                 failures.append(self._no_lease(queue, task))
                 continue
             by_source[lease.delivery.subscription].append((i, lease))
+        unheld = [
+            i
+            for i, (task, lease) in enumerate(zip(tasks, leases, strict=True))
+            if lease is None and task.lease_token is None
+        ]
+        if unheld:
+            for i, done in zip(unheld, self._delete_by_name(queue, tasks, unheld), strict=True):
+                results[i] = done
         deleted: list[str] = []
         try:
             self._ack_leases(queue, tasks, by_source, results, failures, deleted)
@@ -638,6 +704,25 @@ class PubSubBackend:
         if failures:
             raise failures[0]
         return results
+
+    def _delete_by_name(self, queue: str, tasks: Sequence[Task], indexes: list[int]) -> list[bool]:
+        """Delete tasks this process holds no lease on, by name: True per task deleted.
+
+        With a name registry the name is tombstoned there if its task is in the queue (a live
+        name), and every process drops the task when it is delivered. Without one, only names
+        this process published or was delivered count as in the queue, and only this process
+        drops the task; documented in docs/pubsub.md.
+        """
+        names = [tasks[i].name or "" for i in indexes]
+        if self.names is not None:
+            done = self.names.delete(queue, names)
+        else:
+            done = [
+                self._book.known(queue, name) and not self._book.was_deleted(queue, name)
+                for name in names
+            ]
+        self._book.mark_deleted(queue, [n for n, ok in zip(names, done, strict=True) if ok])
+        return done
 
     def _ack_leases(
         self,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from google.api_core import exceptions as gexc
 
 from pullqueue.errors import (
+    DeadlineExceededError,
     Error,
     InternalError,
     NotProvisionedError,
@@ -65,6 +66,12 @@ def translate(
             f"Pub/Sub refused the call{where} ({exc.message}): grant the service account"
             " roles/pubsub.publisher on the topic (producers) or roles/pubsub.subscriber on the"
             f" subscriptions (workers), as the Terraform module {TERRAFORM_MODULE} does",
+            queue=queue,
+            task=task,
+        )
+    if isinstance(exc, gexc.DeadlineExceeded):
+        return DeadlineExceededError(
+            f"Pub/Sub did not answer in time{where} ({exc}); back off and retry",
             queue=queue,
             task=task,
         )

@@ -15,7 +15,8 @@ from pullqueue.adapters.pubsub.wire import Delivery
 from pullqueue.task import Task
 
 RECENT_NAMES = 100_000
-"""Names of deleted tasks remembered, so deleting one again says 'already gone'."""
+"""Names of deleted tasks remembered, so deleting one again says 'already gone' and a copy
+still delivered is dropped; and names of tasks seen, so a delete by name knows they exist."""
 COUNTED_MESSAGES = 100_000
 """Messages whose deliveries this process consumed without handing them out, remembered."""
 EXPIRED_GRACE = 60.0
@@ -61,6 +62,7 @@ class LeaseBook:
         self._by_name: dict[tuple[str, str], list[str]] = {}
         self._held: dict[str, OrderedDict[str, _Held]] = {}
         self._deleted: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._skipped: OrderedDict[str, int] = OrderedDict()
 
     # Leases
@@ -135,6 +137,36 @@ class LeaseBook:
     def was_deleted(self, queue: str, name: str) -> bool:
         with self._lock:
             return (queue, name) in self._deleted
+
+    def deleted_among(self, queue: str, names: Iterable[str]) -> set[str]:
+        """The names among `names` this process knows were deleted."""
+        with self._lock:
+            return {name for name in names if (queue, name) in self._deleted}
+
+    def mark_deleted(self, queue: str, names: Iterable[str]) -> None:
+        """Remember names deleted without an ack (by name, elsewhere): drop their deliveries."""
+        with self._lock:
+            for name in names:
+                key = (queue, name)
+                self._deleted[key] = None
+                self._deleted.move_to_end(key)
+            while len(self._deleted) > RECENT_NAMES:
+                self._deleted.popitem(last=False)
+
+    def seen(self, queue: str, names: Iterable[str]) -> None:
+        """Remember names of tasks this process published or was delivered."""
+        with self._lock:
+            for name in names:
+                key = (queue, name)
+                self._known[key] = None
+                self._known.move_to_end(key)
+            while len(self._known) > RECENT_NAMES:
+                self._known.popitem(last=False)
+
+    def known(self, queue: str, name: str) -> bool:
+        """True when this process published or was delivered a task of this name (recently)."""
+        with self._lock:
+            return (queue, name) in self._known
 
     def leases(self, queue: str | None = None) -> list[Lease]:
         with self._lock:
