@@ -518,9 +518,54 @@ def _scenario_task_retry_options_do_not_apply_to_pull_tasks(run: Script) -> None
         assert run.lease("pull-a", 0.5, 10)[1][0][0] == "opt"
 
 
+def _scenario_stale_eta(run: Script) -> None:
+    # The ETA is the lease token: a task rebuilt by name with an ETA one second before the lease
+    # ends holds no lease, and the real lease stays modifiable.
+    run.add("held", "pull-a", name="held")
+    run.clock.advance(1)
+    run.lease("pull-a", 60, 10)
+
+    def stale(side: Side, store: dict[str, Any]) -> Any:
+        ends = store["held"].eta_posix
+        eta = dt.datetime.fromtimestamp(ends - 1, tz=dt.timezone.utc)
+        copy = side.tq.Task(payload="", method="PULL", name="held", eta=eta)
+        side.queues["pull-a"].modify_task_lease(copy, 5)
+
+    assert run.both("modify with a stale eta", stale) == ("error", "TaskLeaseExpiredError")
+    run.modify("held", "pull-a", 5)
+    run.clock.advance(2)
+    run.modify("held", "pull-a", 30)
+
+
+def _scenario_delete_by_a_name_handle(run: Script) -> None:
+    # Task(name=...) with no payload: the SDK builds a push task, pullqueue a name handle; both
+    # delete the named task, leased or not, and neither can be added to a pull queue.
+    run.add("waiting", "pull-b", name="job-41", countdown=100)
+    run.add("leased", "pull-b", name="job-42")
+    run.clock.advance(1)
+    run.lease("pull-b", 60, 10)
+
+    def delete(side: Side, store: dict[str, Any]) -> Any:
+        handles = [side.tq.Task(name=n) for n in ("job-41", "job-42", "never-added")]
+        done = [side.queues["pull-b"].delete_tasks(h).was_deleted for h in handles]
+        again = side.queues["pull-b"].delete_tasks(side.tq.Task(name="job-42")).was_deleted
+        return done, again
+
+    assert run.both("delete by name handles", delete) == ("ok", ([True, True, False], False))
+    run.clock.advance(200)
+    assert run.lease("pull-b", 60, 10) == ("ok", [])
+    assert run.add("re-add", "pull-b", name="job-42") == ("error", "TombstonedTaskError")
+    run.both(
+        "add a handle",
+        lambda side, store: side.queues["pull-b"].add(side.tq.Task(name="job-43")),
+    )
+
+
 @pytest.mark.parametrize(
     "scenario",
     [
+        _scenario_stale_eta,
+        _scenario_delete_by_a_name_handle,
         _scenario_task_retry_options_do_not_apply_to_pull_tasks,
         _scenario_boundaries,
         _scenario_purge_and_tombstones,

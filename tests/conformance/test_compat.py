@@ -10,6 +10,7 @@ import datetime as dt
 
 import pytest
 
+from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.compat import taskqueue
 from tests.conformance.harness import Harness
 from tests.conformance.helpers import tick
@@ -124,8 +125,9 @@ def test_legacy_task_arguments() -> None:
             taskqueue.Task(payload="x", **push_only)
     with pytest.raises(TypeError):
         taskqueue.Task(payload="x", colour="blue")
-    with pytest.raises(taskqueue.InvalidTaskError):
-        taskqueue.Task()  # a pull task needs a payload
+    handle = taskqueue.Task(name="job-42")  # no payload: names a task, as the SDK's does
+    with pytest.raises(taskqueue.InvalidQueueModeError):
+        taskqueue.Queue("q", backend=MemoryBackend()).add(handle)  # a pull task needs a payload
     with pytest.raises(taskqueue.InvalidTaskError):
         taskqueue.Task(payload="x", params={"a": 1})
     with pytest.raises(taskqueue.InvalidTaskNameError):

@@ -9,6 +9,7 @@ Backends sharing one MemoryNameRegistry stand for processes sharing a Firestore 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -109,3 +110,40 @@ def test_a_deleted_name_stays_tombstoned_for_re_adds_with_a_registry(
     queue.delete_by_name("job-42")
     with pytest.raises(TombstonedTaskError):
         queue.add(Task(b"again", name="job-42"))
+
+
+def test_delete_by_name_handles_agree_with_the_sdk_stub(make_backend: MakeBackend) -> None:
+    """The same calls on Google's SDK stub and on Pub/Sub with a registry, the delete made by a
+    process that holds no lease (another backend): the same was_deleted, the same leases."""
+    from google.appengine.api import taskqueue as sdk
+
+    from tests.support.appengine_testbed import appengine_testbed
+
+    def run(tq: Any, producer: Any, canceller: Any, worker: Any, wait: Any) -> Any:
+        producer.add(
+            [
+                tq.Task(payload="a", method="PULL", name="job-41"),
+                tq.Task(payload="b", method="PULL", name="job-42"),
+            ]
+        )
+        wait()
+        done = [
+            canceller.delete_tasks(tq.Task(name=n)).was_deleted
+            for n in ("job-42", "job-42", "never-added")
+        ]
+        wait()
+        leased = sorted(t.name for t in worker.lease_tasks(60, 10))
+        try:
+            producer.add(tq.Task(payload="again", method="PULL", name="job-42"))
+            readd = "added"
+        except tq.TombstonedTaskError:
+            readd = "TombstonedTaskError"
+        return done, leased, readd
+
+    with appengine_testbed(["byname"]) as bed:
+        legacy_queue = sdk.Queue("byname")
+        legacy = run(sdk, legacy_queue, legacy_queue, legacy_queue, lambda: bed.clock.advance(1))
+    registry = MemoryNameRegistry()
+    queues = [taskqueue.Queue("byname", backend=make_backend(names=registry)) for _ in range(3)]
+    ours = run(taskqueue, *queues, lambda: time.sleep(0.05))
+    assert ours == legacy == ([True, False, False], ["job-41"], "TombstonedTaskError")

@@ -15,6 +15,7 @@ from google.api_core import exceptions as gexc
 
 from pullqueue import (
     ConfigurationError,
+    DeadlineExceededError,
     InternalError,
     NotProvisionedError,
     PermissionDeniedError,
@@ -147,7 +148,7 @@ def test_bad_urls_and_settings_are_configuration_errors() -> None:
     ("google_error", "expected"),
     [
         (gexc.ServiceUnavailable("down"), TransientError),
-        (gexc.DeadlineExceeded("slow"), TransientError),
+        (gexc.DeadlineExceeded("slow"), DeadlineExceededError),
         (gexc.ResourceExhausted("quota"), TransientError),
         (gexc.PermissionDenied("no"), PermissionDeniedError),
         (gexc.Unauthenticated("who"), PermissionDeniedError),

@@ -152,7 +152,7 @@ class PubSubBackend:
         for chunk in self._chunks(tasks, ready):
             messages = [encode(tasks[i], names[i], etas[i], now) for i in chunk]
             try:
-                self.rpc.publish(topology.topic, messages, queue=queue)
+                message_ids = self.rpc.publish(topology.topic, messages, queue=queue)
             except Error as exc:
                 claimed = [names[i] for i in chunk if tasks[i].name is not None]
                 if self.names is not None and claimed:
@@ -163,7 +163,7 @@ class PubSubBackend:
             for i in chunk:
                 tasks[i].name = names[i]
                 tasks[i].eta_posix = round(etas[i], 6)
-            self._book.seen(queue, [names[i] for i in chunk])
+            self._book.seen(queue, zip([names[i] for i in chunk], message_ids, strict=False))
         return outcomes
 
     @staticmethod
@@ -352,12 +352,12 @@ class PubSubBackend:
                 aside.append(delivery)
                 continue
             served.append(delivery)
-        self._book.seen(queue, [d.name for d in served])
-        gone = self._book.deleted_among(queue, [d.name for d in served])
+        self._book.seen(queue, [(d.name, d.message_id) for d in served])
+        gone = self._book.dropped_among(d.message_id for d in served)
         if gone:
-            # Copies of tasks deleted by name (or redelivered after their delete): never served.
-            foreign += [d.ack_id for d in served if d.name in gone]
-            served = [d for d in served if d.name not in gone]
+            # Tasks deleted by name (or delivered again after their delete): never served.
+            foreign += [d.ack_id for d in served if d.message_id in gone]
+            served = [d for d in served if d.message_id not in gone]
         deferred: dict[int, list[Delivery]] = defaultdict(list)
         renew: list[Delivery] = []
         ready: list[Delivery] = []
@@ -516,18 +516,18 @@ class PubSubBackend:
         """
         if not picked:
             return picked
-        names = [d.name for d in picked]
-        gone = self._book.deleted_among(queue, names)
+        gone = self._book.dropped_among(d.message_id for d in picked)
         if self.names is not None:
             try:
-                gone |= self.names.tombstoned(queue, names)
+                tombstoned = self.names.tombstoned(queue, [d.name for d in picked])
             except Error:
                 self._hold(queue, self.topology(queue), picked)
                 raise
+            gone |= {d.message_id for d in picked if d.name in tombstoned}
         if not gone:
             return picked
-        dropped = [d for d in picked if d.name in gone]
-        self._book.mark_deleted(queue, gone)
+        dropped = [d for d in picked if d.message_id in gone]
+        self._book.drop(gone)
         by_source: dict[str, list[str]] = defaultdict(list)
         for delivery in dropped:
             by_source[delivery.subscription].append(delivery.ack_id)
@@ -539,7 +539,7 @@ class PubSubBackend:
             len(dropped),
             dropped[0].name,
         )
-        return [d for d in picked if d.name not in gone]
+        return [d for d in picked if d.message_id not in gone]
 
     def _over_retry_limit(self, delivery: Delivery) -> bool:
         limit = delivery.retry_limit
@@ -709,19 +709,19 @@ class PubSubBackend:
         """Delete tasks this process holds no lease on, by name: True per task deleted.
 
         With a name registry the name is tombstoned there if its task is in the queue (a live
-        name), and every process drops the task when it is delivered. Without one, only names
-        this process published or was delivered count as in the queue, and only this process
-        drops the task; documented in docs/pubsub.md.
+        name), and every process drops the task when it is delivered. Without one, only tasks
+        this process published or was delivered (known by message id) count as in the queue,
+        and only this process drops them; documented in docs/pubsub.md. A name re-added later is
+        a new message, never dropped for the old one.
         """
         names = [tasks[i].name or "" for i in indexes]
+        known = [self._book.messages_of(queue, name) for name in names]
+        live = [sorted(set(ids) - self._book.dropped_among(ids)) for ids in known]
         if self.names is not None:
             done = self.names.delete(queue, names)
         else:
-            done = [
-                self._book.known(queue, name) and not self._book.was_deleted(queue, name)
-                for name in names
-            ]
-        self._book.mark_deleted(queue, [n for n, ok in zip(names, done, strict=True) if ok])
+            done = [bool(ids) for ids in live]
+        self._book.drop(m for ids, ok in zip(live, done, strict=True) if ok for m in ids)
         return done
 
     def _ack_leases(
@@ -745,6 +745,7 @@ class PubSubBackend:
                 stale = self.rpc.ack(source, [le.ack_id for _, le in items], queue=queue)
                 acked = [le for _, le in items if le.ack_id not in stale]
                 self._book.remove_all(acked, deleted=True)
+                self._book.drop(le.delivery.message_id for le in acked)
                 self._book.remove_all([le for _, le in items if le.ack_id in stale])
                 for i, lease in items:
                     if lease.ack_id in stale:

@@ -15,8 +15,9 @@ from pullqueue.adapters.pubsub.wire import Delivery
 from pullqueue.task import Task
 
 RECENT_NAMES = 100_000
-"""Names of deleted tasks remembered, so deleting one again says 'already gone' and a copy
-still delivered is dropped; and names of tasks seen, so a delete by name knows they exist."""
+"""Names of deleted tasks remembered, so deleting one again says 'already gone'; and the
+message ids of tasks seen and of tasks gone, so a delete by name finds its messages and a
+delivery of a gone one is dropped."""
 COUNTED_MESSAGES = 100_000
 """Messages whose deliveries this process consumed without handing them out, remembered."""
 EXPIRED_GRACE = 60.0
@@ -62,7 +63,8 @@ class LeaseBook:
         self._by_name: dict[tuple[str, str], list[str]] = {}
         self._held: dict[str, OrderedDict[str, _Held]] = {}
         self._deleted: OrderedDict[tuple[str, str], None] = OrderedDict()
-        self._known: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._messages: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
+        self._dropped: OrderedDict[str, None] = OrderedDict()
         self._skipped: OrderedDict[str, int] = OrderedDict()
 
     # Leases
@@ -138,35 +140,39 @@ class LeaseBook:
         with self._lock:
             return (queue, name) in self._deleted
 
-    def deleted_among(self, queue: str, names: Iterable[str]) -> set[str]:
-        """The names among `names` this process knows were deleted."""
+    def seen(self, queue: str, messages: Iterable[tuple[str, str]]) -> None:
+        """Remember (task name, message id) pairs this process published or was delivered."""
         with self._lock:
-            return {name for name in names if (queue, name) in self._deleted}
-
-    def mark_deleted(self, queue: str, names: Iterable[str]) -> None:
-        """Remember names deleted without an ack (by name, elsewhere): drop their deliveries."""
-        with self._lock:
-            for name in names:
+            for name, message_id in messages:
                 key = (queue, name)
-                self._deleted[key] = None
-                self._deleted.move_to_end(key)
-            while len(self._deleted) > RECENT_NAMES:
-                self._deleted.popitem(last=False)
+                ids = self._messages.get(key)
+                if ids is None:
+                    self._messages[key] = [message_id]
+                elif message_id not in ids:
+                    ids.append(message_id)
+                self._messages.move_to_end(key)
+            while len(self._messages) > RECENT_NAMES:
+                self._messages.popitem(last=False)
 
-    def seen(self, queue: str, names: Iterable[str]) -> None:
-        """Remember names of tasks this process published or was delivered."""
+    def messages_of(self, queue: str, name: str) -> list[str]:
+        """The ids of the messages of this name this process knows of (recently)."""
         with self._lock:
-            for name in names:
-                key = (queue, name)
-                self._known[key] = None
-                self._known.move_to_end(key)
-            while len(self._known) > RECENT_NAMES:
-                self._known.popitem(last=False)
+            return list(self._messages.get((queue, name), ()))
 
-    def known(self, queue: str, name: str) -> bool:
-        """True when this process published or was delivered a task of this name (recently)."""
+    def drop(self, message_ids: Iterable[str]) -> None:
+        """Remember messages whose task is gone (acked, or deleted by name): a delivery of one
+        is acknowledged unseen, never handed out."""
         with self._lock:
-            return (queue, name) in self._known
+            for message_id in message_ids:
+                self._dropped[message_id] = None
+                self._dropped.move_to_end(message_id)
+            while len(self._dropped) > RECENT_NAMES:
+                self._dropped.popitem(last=False)
+
+    def dropped_among(self, message_ids: Iterable[str]) -> set[str]:
+        """The message ids among these whose task is gone."""
+        with self._lock:
+            return {m for m in message_ids if m in self._dropped}
 
     def leases(self, queue: str | None = None) -> list[Lease]:
         with self._lock:
