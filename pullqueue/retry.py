@@ -98,8 +98,8 @@ class RetryParameters:
 
 
 def queue_retry_parameters(backend: object, queue: str) -> RetryParameters:
-    """The queue's retry parameters where its backend knows them (on Pub/Sub, the retry policy
-    of its subscription, as the Terraform module sets it from queue.yaml), else the defaults."""
+    """The queue's retry parameters where its backend knows them (on Pub/Sub, the labels
+    `pullqueue plan` writes from queue.yaml on its worker subscription), else the defaults."""
     known = getattr(backend, "retry_parameters", None)
     if known is None:
         return RetryParameters()

@@ -51,7 +51,7 @@ class LeasedBatch:
         self.retry = retry or RetryParameters()
         self._retry_in: dict[int, float] = {}
         self.retry_due = 0.0
-        """Once settled: when (time.monotonic) the last failed task is leasable again."""
+        """When (time.monotonic) the last task released for a retry is leasable again."""
         # One jitter per batch: tasks leased together and failing together come back together
         # (a tag's batch stays whole), while the batches of one outage spread out.
         self._jitter = random.uniform(0.5, 1.0)
@@ -161,6 +161,7 @@ class LeasedBatch:
             error = self._call(partial(self.queue.modify_lease, task, delay))
             if error is None:
                 count += 1
+                self.retry_due = max(self.retry_due, time.monotonic() + delay)
                 log_event(
                     self._log,
                     logging.DEBUG,
@@ -207,8 +208,6 @@ class LeasedBatch:
         for task in self.done:
             self._held.pop(task.name or "", None)
         self._release_locked(self.failed, "handler_failed")
-        delays = [self._retry_in.get(id(task), 0.0) for task in self.failed]
-        self.retry_due = time.monotonic() + max(delays, default=0.0)
         self._held.clear()
 
     def _delete(self, done: list[Task]) -> None:
