@@ -284,3 +284,17 @@ def test_compat_signatures_of_the_new_names_match_the_sdk() -> None:
     legacy = inspect.signature(sdk_apiproxy_errors.ApplicationError.__init__)
     ours = inspect.signature(apiproxy_errors.ApplicationError.__init__)
     assert list(ours.parameters) == list(legacy.parameters)
+
+
+def test_a_naive_eta_is_utc_and_transactional_adds_are_refused() -> None:
+    """Two documented differences from the SDK (docs/semantics.md 7 and 9)."""
+    import calendar
+    import datetime as dt
+
+    eta = dt.datetime(2030, 1, 2, 3, 4, 5)
+    task = taskqueue.Task(payload="x", method="PULL", eta=eta)
+    assert task.eta_posix == calendar.timegm(eta.timetuple())
+    queue = taskqueue.Queue("q", backend=MemoryBackend())
+    with pytest.raises(taskqueue.BadTransactionStateError):
+        queue.add(taskqueue.Task(payload="x", method="PULL"), transactional=True)
+    assert queue.fetch_statistics().tasks == 0
