@@ -264,3 +264,32 @@ def test_memory_keeps_no_dead_letters() -> None:
     assert data["dead_letters"] == [] and "keeps no dead letters" in data["note"]
     both = run("dead-letters", "jobs", "--url", "memory://", "--redrive", "--purge")
     assert both.returncode == 2
+
+
+def test_tasks_on_memory_lists_every_task_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from pullqueue.cli import cli as command
+    from pullqueue.registry import reset_default_backends
+
+    monkeypatch.delenv("PULLQUEUE_URL", raising=False)
+    reset_default_backends()
+    try:
+        queue = Queue("listed")
+        queue.add([Task(b"x" * i, name=f"n{i}", tag="t" if i else None) for i in range(3)])
+        queue.add(Task(b"later", name="later", countdown=3600))
+        (leased,) = queue.lease(60, 1)
+        result = CliRunner().invoke(command, ["tasks", "listed", "--json"])
+        tagged = CliRunner().invoke(command, ["tasks", "listed", "--json", "--tag", "t"])
+        one = CliRunner().invoke(command, ["tasks", "listed", "--json", "--limit", "1"])
+    finally:
+        reset_default_backends()
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["complete"] is True and data["shown"] == 4
+    states = {t["name"]: t["state"] for t in data["tasks"]}
+    assert states == {"n0": "leased", "n1": "available", "n2": "available", "later": "scheduled"}
+    assert leased.name == "n0"
+    assert {t["name"]: t["retry_count"] for t in data["tasks"]}["n0"] == 1
+    assert sorted(t["name"] for t in json.loads(tagged.stdout)["tasks"]) == ["n1", "n2"]
+    assert [t["name"] for t in json.loads(one.stdout)["tasks"]] == ["n1"]
