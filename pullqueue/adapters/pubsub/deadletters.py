@@ -145,9 +145,11 @@ def _copy(delivery: Delivery) -> object:
     return PubsubMessagePb(data=delivery.payload, attributes=attributes)
 
 
-def _ensure_audit(backend: PubSubBackend, queue: str, topic: str, audit: str) -> None:
-    def create(timeout: float) -> None:
-        with contextlib.suppress(gexc.AlreadyExists):
+def _ensure_audit(backend: PubSubBackend, queue: str, topic: str, audit: str) -> bool:
+    """Create the redrive subscription; False when it existed (a run was cut short)."""
+
+    def create(timeout: float) -> bool:
+        try:
             backend.rpc.subscriber.create_subscription(
                 request={
                     "name": audit,
@@ -157,8 +159,11 @@ def _ensure_audit(backend: PubSubBackend, queue: str, topic: str, audit: str) ->
                 },
                 timeout=timeout,
             )
+        except gexc.AlreadyExists:
+            return False
+        return True
 
-    backend.rpc.call(create, queue=queue, resource=audit)
+    return backend.rpc.call(create, queue=queue, resource=audit)
 
 
 def _drop_audit(backend: PubSubBackend, queue: str, audit: str) -> None:
@@ -201,9 +206,10 @@ def redrive(
     Safe to kill at any point and run again: see the module docstring.
     """
     topic, dead, audit = _paths(backend, queue)
-    _ensure_audit(backend, queue, topic, audit)
-    copies, held = _copies(backend, queue, audit)
-    give_back(backend, queue, None, held)
+    copies: dict[str, float] = {}
+    if not _ensure_audit(backend, queue, topic, audit):
+        copies, held = _copies(backend, queue, audit)
+        give_back(backend, queue, None, held)
     report = Redrive()
     done: set[str] = set()
     # A copy from a killed run: its dead letter was pulled before the copy was published, so it
@@ -254,6 +260,10 @@ def _settle_audit(
     A copy whose dead letter this run did not see is kept when the dead letters were not all
     scanned (a limit or a tag), so a later run still knows it was published.
     """
+    if scanned_all:
+        # Every dead letter with a copy has been acknowledged: nothing there is needed any more.
+        _drop_audit_quietly(backend, queue, audit)
+        return
     _, held = _copies(backend, queue, audit)
     settled = [d for d in held if scanned_all or d.attributes[ATTR_REDRIVE_OF] in done]
     keep = [d for d in held if d not in settled]
@@ -262,13 +272,17 @@ def _settle_audit(
     give_back(backend, queue, None, keep)
     report.unresolved = len({d.attributes[ATTR_REDRIVE_OF] for d in keep})
     if not keep:
-        try:
-            _drop_audit(backend, queue, audit)
-        except Error as exc:  # the redrive is done; the subscription only costs deliveries
-            log.warning(
-                "queue %r: could not delete the redrive subscription %s (%s); delete it to stop"
-                " paying a filtered delivery per task",
-                queue,
-                audit,
-                exc,
-            )
+        _drop_audit_quietly(backend, queue, audit)
+
+
+def _drop_audit_quietly(backend: PubSubBackend, queue: str, audit: str) -> None:
+    try:
+        _drop_audit(backend, queue, audit)
+    except Error as exc:  # the redrive is done; the subscription only costs deliveries
+        log.warning(
+            "queue %r: could not delete the redrive subscription %s (%s); delete it to stop"
+            " paying a filtered delivery per task",
+            queue,
+            audit,
+            exc,
+        )
