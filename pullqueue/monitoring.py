@@ -238,7 +238,9 @@ class BacklogReader:
             ages = self._latest(client, OLDEST_UNACKED_AGE, subscriptions, now)
             dead = self._sums(client, DEAD_LETTERED, subscriptions, now)
         except MonitoringUnavailable as exc:
-            return Backlog(self.project, queue, now, self.window, unavailable=str(exc))
+            # What is still known: which subscriptions make up the queue; every figure unknown.
+            unknown = [SubscriptionBacklog(sub, None, None, None, None) for sub in subscriptions]
+            return Backlog(self.project, queue, now, self.window, unknown, unavailable=str(exc))
         rows = []
         for sub in subscriptions:
             sid = sub.subscription_id

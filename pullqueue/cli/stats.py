@@ -119,22 +119,18 @@ def _count(value: int | None) -> str:
 
 def backlog_table(backlog: Backlog) -> Table:
     """The Monitoring figures: one row per subscription, grouped as the layout groups them."""
-    if backlog.unavailable is not None:
-        table = Table(title="backlog (Cloud Monitoring)", show_header=False)
-        table.add_column()
-        table.add_row(f"unknown: {backlog.unavailable}")
-        return table
     sampled = backlog.data_age
-    table = Table(
-        title="backlog (Cloud Monitoring)",
-        caption=(
+    if backlog.unavailable is not None:
+        caption = f"unknown: {backlog.unavailable}"
+    elif sampled is None:
+        caption = "no samples in the window"
+    else:
+        caption = (
             f"sampled {_age(sampled)} before this read; Monitoring lags 1-4 min."
             " dead-lettered: moved to the dead-letter topic in the last"
             f" {backlog.window / 60:g} min"
-            if sampled is not None
-            else "no samples in the window"
-        ),
-    )
+        )
+    table = Table(title="backlog (Cloud Monitoring)", caption=caption)
     for heading in ("subscription", "serves", "undelivered", "oldest unacked", "dead-lettered"):
         table.add_column(
             heading, justify="left" if heading in ("subscription", "serves") else "right"
