@@ -158,9 +158,10 @@ class Fleet:
                 process.kill()
                 process.wait()
 
-    def logs(self) -> str:
+    def logs(self, tail: int | None = 3000) -> str:
+        """The workers' logs (the last `tail` characters of each; all with tail=None)."""
         return "\n".join(
-            f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}"
+            f"--- {path.name}\n{path.read_text(errors='replace')[-(tail or 0) :]}"
             for path in sorted(self.directory.glob("worker-*.log"))
         )
 

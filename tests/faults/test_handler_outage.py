@@ -2,9 +2,9 @@
 
 `pullqueue work --concurrency 4` over 10 tasks on an auto-created queue (dead-letter policy of
 100 attempts); the handler raises while the outage lasts (PULLQUEUE_FAULTS_HANDLER_OUTAGE
-seconds, 10 by default). Every task must end handled or, at worst, kept on the dead-letter
-subscription: none may vanish. The figures say how many went to the dead letters, how often the
-handler was called per task during the outage, and how long the queue took to empty after it.
+seconds, 10 by default). Every task must end handled (none may vanish, and none may reach the
+dead-letter subscription for so short an outage), after at most 15 handler calls each during the
+outage and within 60 s of its end.
 """
 
 from __future__ import annotations
@@ -85,3 +85,8 @@ def test_a_handler_outage_loses_no_task(emulator: str, tmp_path: Path) -> None:
         most_calls_per_task_during_outage=max(calls.values(), default=0),
     )
     assert not lost
+    # Failed tasks wait longer and longer between attempts, so an outage of seconds uses up a
+    # few of the queue's 100 delivery attempts, not all of them.
+    assert not dead, f"{len(dead)} tasks dead-lettered by a {outage} s outage"
+    assert max(calls.values(), default=0) <= 15
+    assert done_after and max(done_after) - ended <= 60

@@ -55,7 +55,7 @@ def test_hostile_messages_do_not_stop_the_worker(emulator: str, tmp_path: Path) 
         fleet.stop()
         publisher.transport.close()  # type: ignore[no-untyped-call]
 
-    logs = fleet.logs()
+    logs = fleet.logs(tail=None)
     for payload, message_id in ids.items():
         assert f"message_id={message_id} " in logs, f"no warning names {payload}'s message"
     assert "\x1b" not in logs
