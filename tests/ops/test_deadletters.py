@@ -5,6 +5,8 @@ keeps names, tags and ETAs and neither loses nor duplicates a task when killed, 
 from __future__ import annotations
 
 import json
+import os
+import pty
 import signal
 import subprocess
 import time
@@ -293,3 +295,28 @@ def test_tasks_on_memory_lists_every_task_exactly(monkeypatch: pytest.MonkeyPatc
     assert {t["name"]: t["retry_count"] for t in data["tasks"]}["n0"] == 1
     assert sorted(t["name"] for t in json.loads(tagged.stdout)["tasks"]) == ["n1", "n2"]
     assert [t["name"] for t in json.loads(one.stdout)["tasks"]] == ["n1"]
+
+
+@pytest.mark.parametrize(("answer", "left"), [("n", 3), ("y", 0)])
+def test_purge_on_a_terminal_asks_first(
+    backend: PubSubBackend, emulator: str, answer: str, left: int
+) -> None:
+    name = new_queue()
+    publish_dead_letters(backend, name, 3)
+    main, child = pty.openpty()
+    try:
+        asked = subprocess.Popen(
+            [PULLQUEUE, "dead-letters", name, "--url", URL, "--purge"],
+            env=clean_env(PUBSUB_EMULATOR_HOST=emulator),
+            stdin=child,
+            stdout=child,
+            stderr=child,
+        )
+        os.write(main, f"{answer}\n".encode())
+        asked.wait(60)
+    finally:
+        os.close(child)
+        os.close(main)
+    assert asked.returncode == (0 if answer == "y" else 1)
+    listing = json.loads(cli(emulator, "dead-letters", name, "--json").stdout)
+    assert len(listing["dead_letters"]) == left
