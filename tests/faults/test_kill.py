@@ -46,12 +46,12 @@ def test_workers_killed_at_random_lose_no_task(emulator: str, tmp_path: Path) ->
     kills = 0
     last_kill = started
     try:
-        # Every 0.2-2 s, kill a worker that has leased tasks (and start a fresh one), until 90%
-        # of the tasks are handled.
+        # Kill the first worker to lease, then every 0.2-2 s one that has leased tasks (and start
+        # a fresh one each time), until 90% of the tasks are handled.
         while True:
-            time.sleep(rng.uniform(0.2, 2.0))
+            time.sleep(rng.uniform(0.2, 2.0) if kills else 0.05)
             done = len(set(fleet.handled().counts))
-            if done >= 0.9 * tasks:
+            if done >= 0.9 * tasks and kills:
                 break
             assert time.time() - started < 600, f"seed {SEED}: no progress\n{fleet.logs()}"
             if fleet.kill_one(rng):
@@ -76,7 +76,6 @@ def test_workers_killed_at_random_lose_no_task(emulator: str, tmp_path: Path) ->
         ack_deadline=ACK_DEADLINE,
         seed=SEED,
     )
-    assert kills >= 1, f"seed {SEED}: the queue drained before any kill"
     assert not lost, f"seed {SEED}: lost {lost[:5]}"
     # A killed worker's handled-but-undeleted tasks come back: at most what it held, a batch and
     # the tasks still running from the one before.
