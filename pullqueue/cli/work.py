@@ -78,7 +78,8 @@ it, 130 a second signal cut it short.""",
     "--exit-when-idle",
     type=FiniteFloat(0),
     metavar="SECONDS",
-    help="Exit once the queue has been empty this long (default: run until signalled).",
+    help="Exit once the queue has been empty this long and no failed task is waiting out its"
+    " retry delay (default: run until signalled).",
 )
 @click.option(
     "--max-backoff",
@@ -202,7 +203,7 @@ def _work(
         )
         worker.run()
     except Error as exc:
-        fail(str(exc), EXIT_FAILED)
+        fail(str(exc), EXIT_USAGE if isinstance(exc, ConfigurationError) else EXIT_FAILED)
     finally:
         backend.close()
     if worker.aborted:

@@ -4,12 +4,13 @@ emulator that is not running, and memory:// where a shared queue was meant."""
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.cli.support import clean_env, one_error_line, run
-from tests.support.emulators import free_port
+from tests.support.emulators import free_port, shared_emulator_host
 
 HANDLERS = {
     "raises.py": "raise RuntimeError('the database is down')\n\ndef handle(task):\n    pass\n",
@@ -85,3 +86,23 @@ def test_memory_on_the_command_line_warns_that_it_lives_in_this_process_only(
     assert done.returncode == 0, done.stderr
     assert "Warning: memory:// lives in this process only" in done.stderr
     assert "--url pubsub://PROJECT" in done.stderr
+
+
+def test_a_queue_name_pubsub_cannot_hold_is_a_usage_error_as_in_stats(tmp_path: Path) -> None:
+    (tmp_path / "ok.py").write_text("def handle(task):\n    pass\n")
+    env = clean_env(
+        PUBSUB_EMULATOR_HOST=shared_emulator_host("pubsub"),
+        PULLQUEUE_URL=f"pubsub://pq-{uuid.uuid4().hex[:12]}",
+        PULLQUEUE_AUTO_CREATE="1",
+    )
+    for command in (["stats", "q1"], ["work", "q1", "ok:handle", "--exit-when-idle", "0"]):
+        done = run(*command, cwd=tmp_path, env=env)
+        assert done.returncode == 2, (command, done.stderr)
+        line = one_error_line(done.stderr)
+        assert "'q1'" in line and "PULLQUEUE_PUBSUB_PREFIX" in line
+
+
+def test_exit_when_idle_help_says_a_failed_task_waiting_to_retry_keeps_it_running() -> None:
+    done = run("work", "--help")
+    assert done.returncode == 0
+    assert "retry delay" in " ".join(done.stdout.split()), done.stdout
