@@ -170,6 +170,15 @@ def migrate(
     except BaseException:
         source.backend.close()
         raise
+    if _would_vanish(source, dest, dry_run):
+        source.backend.close()
+        dest.backend.close()
+        raise click.BadParameter(
+            "memory:// lives in this process only: the tasks would be deleted from the source"
+            " and lost when this command exits; pass a shared backend (pubsub://PROJECT), or"
+            " --dry-run to only count them",
+            param_hint="'--to'",
+        )
     err = Console(stderr=True)
     stop = threading.Event()
     progress_on = err.is_terminal if show_progress is None else show_progress
@@ -227,6 +236,13 @@ def _write_atomically(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _would_vanish(source: Queue, dest: Queue, dry_run: bool) -> bool:
+    """Whether the tasks would leave a source that outlives this process for a memory://
+    destination that does not."""
+    in_memory = dest.backend.url.startswith("memory:")
+    return in_memory and not dry_run and not source.backend.url.startswith("memory:")
 
 
 @contextmanager

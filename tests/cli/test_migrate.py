@@ -99,6 +99,28 @@ def test_ctrl_c_during_a_pubsub_migration_reports_interrupted_and_a_rerun_finish
         left.close()
 
 
+def test_a_migration_into_memory_is_refused_since_the_tasks_would_vanish_at_exit(
+    tmp_path: Path,
+) -> None:
+    fill_file(tmp_path / "queue.db", 20)
+    source = f"filequeue://{tmp_path / 'queue.db'}"
+    done = run(
+        "migrate", "jobs", "--from", source, "--to", "memory://", "--quiet-period", "0",
+        cwd=tmp_path, env=plugin_env(),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = one_error_line(done.stderr)
+    assert "--to" in line and "memory://" in line and "pubsub://PROJECT" in line
+    assert count(tmp_path / "queue.db") == 20
+    assert not list(tmp_path.glob("*.journal"))
+    dry = run(
+        "migrate", "jobs", "--from", source, "--to", "memory://", "--dry-run", "--json",
+        cwd=tmp_path, env=plugin_env(),
+    )  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["dry"]["tasks"] == 20
+
+
 @pytest.mark.parametrize(
     ("option", "where"),
     [("--report", "missing/r.json"), ("--journal", "missing/j.journal"), ("--report", "src.db")],
