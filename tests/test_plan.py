@@ -172,7 +172,7 @@ def test_declared_tags_are_sorted_and_deduplicated() -> None:
 def test_bad_tag_options_fail_with_the_rule(tag: str, message: str) -> None:
     result = run_plan(str(DATA / "mixed.yaml"), "--project", "my-project", "--tag", tag)
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert message in stderr_text(result)
     assert result.stdout == ""
 
@@ -181,13 +181,13 @@ def test_too_many_declared_tags_overflow_the_filter() -> None:
     tags = [arg for i in range(10) for arg in ("--tag", f"report-jobs=tag-number-{i}")]
     result = run_plan(str(DATA / "mixed.yaml"), "--project", "my-project", *tags)
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "over Pub/Sub's 256; declare fewer --tag values" in stderr_text(result)
 
 
 def test_names_pubsub_refuses_need_a_prefix() -> None:
     refused = run_plan(str(DATA / "needs_prefix.yaml"), "--project", "my-project")
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     stderr = stderr_text(refused)
     assert "queue '2nd-pass'" in stderr
     assert "(line 4)" in stderr
@@ -214,14 +214,14 @@ def test_prefix_defaults_to_the_workers_environment() -> None:
 @pytest.mark.parametrize("prefix", ["goog-", "1x-", "with space"])
 def test_a_prefix_pubsub_refuses_is_an_error(prefix: str) -> None:
     result = run_plan(str(DATA / "mixed.yaml"), "--project", "my-project", "--prefix", prefix)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"--prefix {prefix!r} must start with a letter" in stderr_text(result)
 
 
 @pytest.mark.parametrize("project", ["My_Project", "123456789", "ab"])
 def test_a_project_name_or_number_is_refused(project: str) -> None:
     result = run_plan(str(DATA / "mixed.yaml"), "--project", project)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "is not a GCP project id" in stderr_text(result)
 
 
@@ -236,7 +236,7 @@ def test_a_project_name_or_number_is_refused(project: str) -> None:
 def test_malformed_queue_yaml_names_the_line(fixture: str, line: int, message: str) -> None:
     result = run_plan(str(DATA / fixture), "--project", "my-project")
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"{DATA / fixture}, line {line}: {message}" in stderr_text(result)
     assert result.stdout == ""
 
@@ -280,7 +280,7 @@ def test_schema_errors_name_the_line(text: str, line: int, message: str) -> None
 def test_queues_whose_ids_would_collide_are_refused() -> None:
     result = run_plan(str(DATA / "colliding_names.yaml"), "--project", "my-project")
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert (
         "queues 'jobs' and 'jobs-dead-letter' both need the topic id 'jobs-dead-letter'"
         in stderr_text(result)
@@ -371,5 +371,5 @@ def test_plan_runs_as_the_installed_console_script(tmp_path: Path) -> None:
         check=False,
         env={"PATH": str(script.parent), "HOME": str(tmp_path)},
     )
-    assert failed.returncode == 1
+    assert failed.returncode == 2
     assert "line 4" in failed.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from pullqueue.cli.base import EXIT_STATUS_HELP, Command, OutputFile
+from pullqueue.cli.base import EXIT_STATUS_HELP, EXIT_USAGE, Command, OutputFile, fail
 from pullqueue.errors import Error
 from pullqueue.links import TERRAFORM_EXAMPLE, TERRAFORM_MODULE
 from pullqueue.plan import build_plan, parse_tag_options, read_queue_yaml, render
@@ -72,7 +72,7 @@ def plan(
             declared_tags=parse_tag_options(tags),
         )
     except (Error, UnicodeDecodeError) as exc:
-        raise click.ClickException(str(exc)) from exc
+        fail(str(exc), EXIT_USAGE)
 
     if result.push_queues:
         click.echo(
