@@ -37,13 +37,16 @@ class Settings(BaseSettings):
         " a killed worker's long-leased tasks come back within it. Over 2x the keeper period.",
     )
     pubsub_hold_seconds: float = Field(
-        5.0,
+        30.0,
         ge=0,
         description="How long tasks pulled for no one (other tags) wait for this process's next"
         " lease before they are released.",
     )
     pubsub_hold_max: int = Field(
-        1000, ge=0, description="Most tasks held that way per queue (bounds a tag scan)."
+        5000,
+        ge=0,
+        description="Most tasks held that way per queue (bounds a tag scan and how much of a"
+        " shard one process drains into its hand).",
     )
     pubsub_pull_wait: float = Field(
         1.0, gt=0, description="Seconds a lease waits on an empty subscription before answering."

@@ -22,6 +22,7 @@ from pullqueue.adapters.pubsub.layout import (
     LABEL_MAX_DOUBLINGS,
     LABEL_MIN_BACKOFF,
     MAX_FILTER_BYTES,
+    SHARDS,
     TAG_SUBSCRIPTION_FORMAT,
     TOPIC_FORMAT,
     QueueLayout,
@@ -486,7 +487,12 @@ def _layout(project: str, queue: LegacyQueue, prefix: str, tags: Sequence[str]) 
 
 
 def _topic_ids(layout: QueueLayout) -> list[str]:
-    return [layout.topic_id, layout.dead_letter_topic_id]
+    return [
+        layout.topic_id,
+        layout.dead_letter_topic_id,
+        layout.claims_topic_id,
+        *(layout.shard_topic_id(k) for k in range(SHARDS)),
+    ]
 
 
 def _subscription_ids(layout: QueueLayout) -> list[str]:
@@ -494,6 +500,8 @@ def _subscription_ids(layout: QueueLayout) -> list[str]:
         layout.worker_subscription_id,
         layout.dead_letter_subscription_id,
         *(layout.tag_subscription_id(tag) for tag in layout.declared_tags),
+        *(layout.shard_subscription_id(k) for k in range(SHARDS)),
+        layout.claims_subscription_id,
     ]
 
 

@@ -19,7 +19,8 @@ from typing import Any
 import hcl2
 import pytest
 
-from pullqueue.adapters.pubsub.layout import QueueLayout
+from pullqueue.adapters.pubsub.claims import CLAIM_DEADLINE
+from pullqueue.adapters.pubsub.layout import SHARDS, QueueLayout
 from pullqueue.config import Settings
 from pullqueue.errors import ConfigurationError
 from pullqueue.plan import MAX_DELIVERY_ATTEMPTS, build_plan, read_queue_yaml, render
@@ -142,18 +143,31 @@ def test_terraform_ids_and_filters_equal_the_adapters(sample: str, tmp_path: Pat
         tags = sorted(set(layout.declared_tags))
         assert got["tag_subscription_ids"] == {t: layout.tag_subscription_id(t) for t in tags}
         assert got["tag_filters"] == {t: f'attributes.tag = "{t}"' for t in tags}
+        shards = range(SHARDS)
+        assert got["shard_topic_ids"] == [layout.shard_topic_id(k) for k in shards]
+        assert got["shard_subscription_ids"] == [layout.shard_subscription_id(k) for k in shards]
+        assert got["claims_topic_id"] == layout.claims_topic_id
+        assert got["claims_subscription_id"] == layout.claims_subscription_id
         expected_pull[layout.worker_subscription_id] = {
             "queue": name,
             "filter": layout.worker_filter,
+            "topic_id": layout.topic_id,
         }
         for tag in tags:
             expected_pull[layout.tag_subscription_id(tag)] = {
                 "queue": name,
                 "filter": f'attributes.tag = "{tag}"',
+                "topic_id": layout.topic_id,
+            }
+        for k in shards:
+            expected_pull[layout.shard_subscription_id(k)] = {
+                "queue": name,
+                "filter": "",
+                "topic_id": layout.shard_topic_id(k),
             }
     # The subscriptions main.tf creates with exactly-once and dead-lettering, one per id.
     pulled = {
-        sub["id"]: {"queue": sub["queue"], "filter": sub["filter"]}
+        sub["id"]: {"queue": sub["queue"], "filter": sub["filter"], "topic_id": sub["topic_id"]}
         for sub in outputs["pull_subscriptions"].values()
     }
     assert pulled == expected_pull
@@ -351,16 +365,24 @@ def test_resources_take_their_names_from_the_layout_locals() -> None:
     names = {key: unquote(body["name"]) for key, body in found.items() if "name" in body}
     assert names == {
         ("google_pubsub_topic", "queue"): "each.value.topic_id",
+        ("google_pubsub_topic", "shard"): "each.value.id",
+        ("google_pubsub_topic", "claims"): "each.value.claims_topic_id",
+        ("google_pubsub_subscription", "claims"): "each.value.claims_subscription_id",
         ("google_pubsub_topic", "dead_letter"): "each.value.dead_letter_topic_id",
         ("google_pubsub_subscription", "dead_letter"): "each.value.dead_letter_subscription_id",
         ("google_pubsub_subscription", "pull"): "each.value.id",
     }
     assert unquote(found["google_pubsub_topic", "queue"]["for_each"]) == "local.layout"
     assert unquote(found["google_pubsub_topic", "dead_letter"]["for_each"]) == "local.layout"
+    assert unquote(found["google_pubsub_topic", "shard"]["for_each"]) == "local.shard_topics"
     pull = found["google_pubsub_subscription", "pull"]
     assert unquote(pull["for_each"]) == "local.pull_subscriptions"
     assert unquote(pull["filter"]) == 'each.value.filter == "" ? null : each.value.filter'
-    assert unquote(pull["topic"]) == "google_pubsub_topic.queue[each.value.queue].id"
+    # Shard subscriptions (keyed like their topic) read their shard topic, the others the queue's.
+    assert unquote(pull["topic"]) == (
+        "lookup(google_pubsub_topic.shard, each.key,"
+        " google_pubsub_topic.queue[each.value.queue]).id"
+    )
 
 
 def test_pull_subscriptions_have_the_settings_the_adapter_needs() -> None:
@@ -386,6 +408,22 @@ def test_pull_subscriptions_have_the_settings_the_adapter_needs() -> None:
     dead_letter_sub = module_resources()["google_pubsub_subscription", "dead_letter"]
     (expiration,) = dead_letter_sub["expiration_policy"]
     assert unquote(expiration["ttl"]) == ""
+
+
+def test_the_claims_subscription_holds_tokens_without_dead_lettering() -> None:
+    found = module_resources()
+    claims = found["google_pubsub_subscription", "claims"]
+    assert claims["enable_exactly_once_delivery"] is True
+    assert claims["ack_deadline_seconds"] == CLAIM_DEADLINE
+    assert "dead_letter_policy" not in claims, "tokens are redelivered forever, by design"
+    (expiration,) = claims["expiration_policy"]
+    assert unquote(expiration["ttl"]) == ""
+    worker = "serviceAccount:${var.worker_service_account}"
+    assert unquote(found["google_pubsub_subscription_iam_member", "worker_claims"]["member"]) == (
+        worker
+    )
+    publisher = found["google_pubsub_topic_iam_member", "worker_claims_publisher"]
+    assert unquote(publisher["role"]) == "roles/pubsub.publisher"
 
 
 def queue_variable_defaults() -> dict[str, str]:

@@ -18,6 +18,7 @@ from google.pubsub_v1 import SubscriberClient
 from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.adapters.pubsub import PubSubBackend
+from pullqueue.adapters.pubsub.layout import SHARDS
 from pullqueue.adapters.pubsub.wire import parse_eta
 from pullqueue.errors import NotProvisionedError, UnknownQueueError
 from pullqueue.migrate import drain
@@ -102,7 +103,12 @@ def test_sdk_stub_to_pubsub_moves_every_task_and_reports_the_future_one_waiting(
     assert (report.leased, report.written, report.deleted) == (600, 600, 600)
     assert report.still_waiting == 1 and report.waiting[0].oldest_eta == iso(later)
     assert [(t.name, t.retry_count) for t in left] == [("later", 0)]  # untouched
+    # Untagged tasks arrive on the worker subscription, tagged ones on their tag's shard.
     arrived = pull_all(subscriber, f"projects/{project}/subscriptions/legacy-workers")
+    for k in range(SHARDS):
+        on_shard = pull_all(subscriber, f"projects/{project}/subscriptions/legacy-shard-{k}")
+        assert all(message.attributes["tag"] for message in on_shard.values())
+        arrived.update(on_shard)
     assert set(arrived) == set(seeded)  # unnamed tasks keep the names the legacy queue gave them
     for name, (payload, tag) in seeded.items():
         assert arrived[name].data == payload

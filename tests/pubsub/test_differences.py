@@ -12,6 +12,7 @@ import random
 import time
 
 from pullqueue import Queue, Task
+from pullqueue.adapters.pubsub.layout import shard_of
 from pullqueue.dedupe.memory import MemoryNameRegistry
 from tests.pubsub.conftest import MakeBackend
 
@@ -33,6 +34,7 @@ def test_exact_eta_order__a_lease_sorts_what_its_pulls_brought(make_backend: Mak
 
 def test_oldest_tag__follows_the_oldest_task_in_hand(make_backend: MakeBackend) -> None:
     queue = Queue("oldest", make_backend())
+    assert shard_of("a") != shard_of("b")
     queue.add(
         [
             Task(b"x", name="a-1", tag="a", eta=_ago(20)),
@@ -41,10 +43,13 @@ def test_oldest_tag__follows_the_oldest_task_in_hand(make_backend: MakeBackend) 
             Task(b"x", name="b-old", tag="b", eta=_ago(30)),
         ]
     )
-    # One pull brings all four: the oldest in hand is b-old, and the others wait, held.
-    assert [t.name for t in queue.lease(60, 10, group_by_tag=True)] == ["b-old", "b-new"]
+    # In hand: the first task of each subscription (a-1 on a's shard, b-new on b's, plain on the
+    # worker subscription). b-old is behind b-new in b's shard, so a-1 is the oldest in hand;
+    # the legacy queue would lease b's tasks first.
     assert [t.name for t in queue.lease(60, 10, group_by_tag=True)] == ["a-1"]
     assert [t.name for t in queue.lease(60, 10, group_by_tag=True)] == ["plain"]
+    # Choosing b drains b's shard: its tasks come out together, oldest first.
+    assert [t.name for t in queue.lease(60, 10, group_by_tag=True)] == ["b-old", "b-new"]
     assert queue.lease(60, 10, group_by_tag=True) == []
 
 
@@ -53,8 +58,12 @@ def test_stats__counts_this_processes_leases_and_held_tasks_approximately(
 ) -> None:
     mine = Queue("counted", make_backend(pubsub_hold_seconds=30))
     theirs = Queue("counted", make_backend())
-    mine.add([Task(b"x", tag="a") for _ in range(3)] + [Task(b"y", tag="b") for _ in range(2)])
-    assert len(mine.lease(60, 10, tag="b")) == 2  # the three "a" tasks are pulled and held
+    # Tags on one shard: leasing one pulls (and holds) the other's tasks on the way.
+    assert shard_of("alpha") == shard_of("beta-3")
+    mine.add(
+        [Task(b"x", tag="alpha") for _ in range(3)] + [Task(b"y", tag="beta-3") for _ in range(2)]
+    )
+    assert len(mine.lease(60, 10, tag="beta-3")) == 2  # the alpha tasks are pulled and held
     assert len(theirs.lease(60, 10)) == 0
     stats = mine.stats()
     assert stats.approximate is True

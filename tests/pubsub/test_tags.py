@@ -1,7 +1,9 @@
-"""Tags on Pub/Sub: declared tags' filtered subscriptions, dynamic tags grouped here, held tasks.
+"""Tags on Pub/Sub: declared tags' filtered subscriptions, other tags' shards, held tasks.
 
 The emulator delivers every message to every subscription whatever its filter, so these tests
 also prove the adapter drops the copies a subscription's filter rejects, as real Pub/Sub does.
+Tasks of undeclared tags go to their tag's shard topic; tests of the held buffer use tags that
+share a shard (BETA and G are on ALPHA's), so leasing one pulls the others on the way.
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ from collections import Counter
 
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub import PubSubBackend
-from pullqueue.adapters.pubsub.layout import ATTR_TAG
+from pullqueue.adapters.pubsub.layout import ATTR_TAG, shard_of
 from tests.pubsub.conftest import MakeBackend, raw_pull
+
+ALPHA, BETA, G = "alpha", "beta-3", "g-28"
+assert shard_of(ALPHA) == shard_of(BETA) == shard_of(G)
 
 
 def _subscription_of(backend: PubSubBackend, queue: str, task: Task) -> str:
@@ -31,10 +36,11 @@ def test_declared_tags_come_only_from_their_subscription(
     tags = ["vip"] * 10 + ["bulk"] * 10 + ["other"] * 10 + [None] * 10
     queue.add([Task(f"{i}", name=f"t{i}", tag=tag) for i, tag in enumerate(tags)])
     topology = backend.topology("filtered")
-    # The emulator ignores filters: the vip subscription holds a copy of all 40 messages.
+    # The emulator ignores filters: the vip subscription holds a copy of every message published
+    # to the queue topic (undeclared tags like "other" go to their shard's topic instead).
     copies = raw_pull(subscriber, topology.tags["vip"])  # type: ignore[arg-type]
-    assert len(copies) == 40
-    assert {m.message.attributes.get(ATTR_TAG) for m in copies} == {"vip", "bulk", "other", None}
+    assert len(copies) == 30
+    assert {m.message.attributes.get(ATTR_TAG) for m in copies} == {"vip", "bulk", None}
     subscriber.modify_ack_deadline(  # type: ignore[attr-defined]
         request={
             "subscription": topology.tags["vip"],
@@ -47,7 +53,11 @@ def test_declared_tags_come_only_from_their_subscription(
         leased += batch
     assert len(leased) == 40 and len({t.name for t in leased}) == 40
     for task in leased:
-        expected = f"filtered-tag-{task.tag}" if task.tag in ("vip", "bulk") else "filtered-workers"
+        expected = {
+            "vip": "filtered-tag-vip",
+            "bulk": "filtered-tag-bulk",
+            "other": f"filtered-shard-{shard_of('other')}",
+        }.get(task.tag or "", "filtered-workers")
         assert _subscription_of(backend, "filtered", task) == expected
     queue.delete(leased)
     # Every copy was either leased from its own subscription or dropped from the others.
@@ -65,7 +75,7 @@ def test_lease_by_declared_and_undeclared_tag(make_backend: MakeBackend) -> None
     assert {_subscription_of(backend, "bytag", t) for t in vip} == {"bytag-tag-vip"}
     users = queue.lease(60, 100, tag="user-7")
     assert len(users) == 4 and {t.tag for t in users} == {"user-7"}
-    assert {_subscription_of(backend, "bytag", t) for t in users} == {"bytag-workers"}
+    assert {_subscription_of(backend, "bytag", t) for t in users} == {"bytag-shard-1"}
     rest = queue.lease(60, 100)
     assert len(rest) == 3 and {t.tag for t in rest} == {None}
 
@@ -101,45 +111,45 @@ def test_dynamic_tags_lease_one_tag_per_batch_each_task_once(make_backend: MakeB
 def test_tasks_pulled_for_another_tag_are_held_then_released(make_backend: MakeBackend) -> None:
     holder = Queue("held", make_backend(pubsub_hold_seconds=1.0))
     other = Queue("held", make_backend())
-    holder.add([Task(b"a", tag="alpha") for _ in range(5)] + [Task(b"b", tag="beta")])
-    (beta,) = holder.lease(60, 10, tag="beta")
-    assert beta.tag == "beta"
+    holder.add([Task(b"a", tag=ALPHA) for _ in range(5)] + [Task(b"b", tag=BETA)])
+    (beta,) = holder.lease(60, 10, tag=BETA)
+    assert beta.tag == BETA
     # The alpha tasks pulled on the way are held for this process, not handed to others ...
     assert other.lease(60, 10) == []
     # ... and served to its next lease without a new delivery.
-    alphas = holder.lease(60, 2, tag="alpha")
+    alphas = holder.lease(60, 2, tag=ALPHA)
     assert len(alphas) == 2 and all(t.retry_count == 1 for t in alphas)
     time.sleep(1.5)
     # The rest were released when their hold ran out; one delivery attempt each is spent.
     back = other.lease(60, 10)
-    assert len(back) == 3 and {t.tag for t in back} == {"alpha"}
+    assert len(back) == 3 and {t.tag for t in back} == {ALPHA}
     assert all(t.retry_count == 2 for t in back)
 
 
 def test_the_held_buffer_is_bounded(make_backend: MakeBackend) -> None:
     holder = Queue("bounded", make_backend(pubsub_hold_max=2, pubsub_hold_seconds=30))
     other = Queue("bounded", make_backend())
-    holder.add([Task(b"a", tag="alpha") for _ in range(5)] + [Task(b"b", tag="beta")])
-    assert [t.tag for t in holder.lease(60, 10, tag="beta")] == ["beta"]
+    holder.add([Task(b"a", tag=ALPHA) for _ in range(5)] + [Task(b"b", tag=BETA)])
+    assert [t.tag for t in holder.lease(60, 10, tag=BETA)] == [BETA]
     # Two alphas are held (for 30 s); the others went straight back to the subscription.
     assert len(other.lease(60, 10)) == 3
-    assert len(holder.lease(60, 10, tag="alpha")) == 2
+    assert len(holder.lease(60, 10, tag=ALPHA)) == 2
 
 
 def test_a_task_held_again_keeps_its_first_release_time(make_backend: MakeBackend) -> None:
     holder = Queue("rehold", make_backend(pubsub_hold_seconds=2.0))
     other = Queue("rehold", make_backend())
-    holder.add([Task(b"a", name=f"a{i}", tag="alpha") for i in range(3)])
-    holder.add([Task(b"b", name=f"b{i}", tag="beta") for i in range(3)] + [Task(b"g", tag="g")])
+    holder.add([Task(b"a", name=f"a{i}", tag=ALPHA) for i in range(3)])
+    holder.add([Task(b"b", name=f"b{i}", tag=BETA) for i in range(3)] + [Task(b"g", tag=G)])
     start = time.monotonic()
-    assert len(holder.lease(60, 10, tag="g")) == 1  # alphas and betas are now held
+    assert len(holder.lease(60, 10, tag=G)) == 1  # alphas and betas are now held
     time.sleep(1.0)
     # Grouping takes every held task, leases the oldest tag and holds the betas again ...
-    assert {t.tag for t in holder.lease(60, 10, group_by_tag=True)} == {"alpha"}
+    assert {t.tag for t in holder.lease(60, 10, group_by_tag=True)} == {ALPHA}
     # ... still due back two seconds after their pull, not two seconds after this call.
     back: list[Task] = []
     while len(back) < 3 and time.monotonic() - start < 10:
         back += other.lease(60, 10)
         time.sleep(0.05)
-    assert {t.tag for t in back} == {"beta"} and len(back) == 3
+    assert {t.tag for t in back} == {BETA} and len(back) == 3
     assert time.monotonic() - start < 2.9

@@ -7,6 +7,7 @@ docs/pubsub.md explains each mapping, its cost and what differs from the legacy 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -16,8 +17,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import SplitResult
 
+from pullqueue.adapters.pubsub.claims import Claim, ShardClaims
 from pullqueue.adapters.pubsub.keeper import LeaseKeeper
-from pullqueue.adapters.pubsub.layout import QueueLayout
+from pullqueue.adapters.pubsub.layout import SHARDS, QueueLayout
 from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
 from pullqueue.adapters.pubsub.provision import Provisioner, QueueTopology
 from pullqueue.adapters.pubsub.republish import Republisher
@@ -59,6 +61,12 @@ LEASE_TOKEN_SLACK = 1e-6
 carry microseconds, lease ends are floats)."""
 NEXT_PULL_WAIT = 0.25
 """Seconds a pull waits on an empty subscription once the lease call has tasks to answer with."""
+PROBE_SIZE = 1
+"""Messages a lease by oldest tag pulls from each subscription it holds nothing from."""
+EMPTY_RECHECK = 0.5
+"""Seconds a subscription found empty is left out of those probes."""
+CLAIMED_RECHECK = 5.0
+"""Seconds a shard another process holds the claim of is left out of those probes."""
 
 Wanted = Callable[[Delivery], bool]
 
@@ -106,6 +114,8 @@ class PubSubBackend:
         self._topologies: dict[str, QueueTopology] = {}
         self._topology_lock = threading.Lock()
         self._rotation = 0
+        self._empty: dict[str, dict[str, float]] = {}
+        self._claims = ShardClaims(self.rpc, SHARDS)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -149,10 +159,17 @@ class PubSubBackend:
                 outcomes[i] = outcome
         ready = [i for i, outcome in enumerate(outcomes) if outcome is None]
         etas = {i: tasks[i].resolve_eta(now) for i in ready}
-        for chunk in self._chunks(tasks, ready):
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for i in ready:
+            by_topic[topology.topic_for(tasks[i].tag)].append(i)
+        for topic, chunk in (
+            (topic, chunk)
+            for topic, indexes in by_topic.items()
+            for chunk in self._chunks(tasks, indexes)
+        ):
             messages = [encode(tasks[i], names[i], etas[i], now) for i in chunk]
             try:
-                message_ids = self.rpc.publish(topology.topic, messages, queue=queue)
+                message_ids = self.rpc.publish(topic, messages, queue=queue)
             except Error as exc:
                 claimed = [names[i] for i in chunk if tasks[i].name is not None]
                 if self.names is not None and claimed:
@@ -195,13 +212,65 @@ class PubSubBackend:
         topology = self.topology(queue)
         end = time.monotonic() + deadline
         if group_by_tag and tag is not None:
-            source = topology.tags.get(tag, topology.workers)
-            picked = self._collect(queue, topology, [source], max_tasks, end, _of_tag(tag))
+            picked = self._collect(
+                queue,
+                topology,
+                topology.sources_of(tag),
+                max_tasks,
+                end,
+                _of_tag(tag),
+                rotate=False,
+            )
         elif group_by_tag:
             picked = self._collect_oldest_group(queue, topology, max_tasks, end)
         else:
-            picked = self._collect(queue, topology, self._rotate(topology), max_tasks, end, None)
+            picked = self._collect_any(queue, topology, max_tasks, end)
         return self._grant(queue, topology, picked, lease_seconds)
+
+    def _collect_any(
+        self, queue: str, topology: QueueTopology, max_tasks: int, end: float
+    ) -> list[Delivery]:
+        """Up to max_tasks of any tag: held ones, then a share of the rest from every
+        subscription side by side (so an empty queue answers after one pull wait, not one per
+        subscription), then more from those that had more."""
+        picked = self._book.take_held(queue, None, max_tasks)
+        if len(picked) >= max_tasks:
+            return picked
+        sources = self._rotate(topology)
+        now = time.monotonic()
+        skip = self._empty.get(queue, {})
+        live = [source for source in sources if skip.get(source, 0.0) <= now] or sources[:1]
+        share = math.ceil((max_tasks - len(picked)) / len(live))
+        results = self.rpc.run_each(
+            [
+                functools.partial(
+                    self._pull, queue, topology, source, share, end, patient=not picked
+                )
+                for source in live
+            ]
+        )
+        fuller: list[str] = []
+        failure: Error | None = None
+        marks = self._empty.setdefault(queue, {})
+        for source, result in zip(live, results, strict=True):
+            if isinstance(result, Error):
+                failure = failure or result
+            elif result is None:
+                marks[source] = time.monotonic() + EMPTY_RECHECK
+            else:
+                picked += result
+                if len(result) >= share:
+                    fuller.append(source)
+        if failure is not None:
+            self._hold(queue, topology, picked)
+            raise failure
+        if len(picked) > max_tasks:
+            picked.sort(key=_age)
+            self._hold(queue, topology, picked[max_tasks:])
+            return picked[:max_tasks]
+        if fuller and len(picked) < max_tasks:
+            return self._collect(queue, topology, fuller, max_tasks, end, None, picked)
+        return picked
 
     def _rotate(self, topology: QueueTopology) -> list[str]:
         """The queue's subscriptions, starting one further each call so none is starved."""
@@ -218,9 +287,12 @@ class PubSubBackend:
         end: float,
         wanted: Wanted | None,
         picked: list[Delivery] | None = None,
+        *,
+        rotate: bool = True,
     ) -> list[Delivery]:
         """Up to max_tasks available deliveries `wanted` accepts: held ones first, then pulls.
 
+        Sources are pulled in turn (`rotate`) or each until it is empty, in the order given.
         Deliveries pulled that are not wanted are held for this process's next lease calls; when
         the held buffer is full the scan stops rather than churn tasks back to Pub/Sub.
         """
@@ -244,12 +316,13 @@ class PubSubBackend:
                     want,
                     end,
                     patient=not picked,
-                    spread=wanted is None,
+                    spread=True,
                 )
                 if ready is None:
                     active.pop(0)
                     continue
-                active.append(active.pop(0))
+                if rotate:
+                    active.append(active.pop(0))
                 extra: list[Delivery] = []
                 for delivery in ready:
                     if len(picked) < max_tasks and (wanted is None or wanted(delivery)):
@@ -265,33 +338,162 @@ class PubSubBackend:
     def _collect_oldest_group(
         self, queue: str, topology: QueueTopology, max_tasks: int, end: float
     ) -> list[Delivery]:
-        """The tasks sharing the tag of the oldest task in hand: held ones, else one pull round.
+        """The tasks sharing the tag of the oldest available task in hand.
 
-        Held tasks were pulled earlier, so they are older than what a pull would bring now.
+        The hand is what this process holds plus the head of every subscription it holds nothing
+        from (a probe). The subscription the oldest task came from is then drained into the
+        hand, since Pub/Sub hands out in no set order and an older task may be further back, and
+        the oldest is chosen again; its tag's tasks are all in hand then, even with other
+        processes leasing (they find that shard empty while this process serves it).
         """
-        candidates = self._book.take_held(queue, None, self.settings.pubsub_hold_max + max_tasks)
+        hand = self._book.take_held(queue, None, self.settings.pubsub_hold_max + max_tasks)
+        drained: set[str] = set()
         try:
-            for n, source in enumerate([] if candidates else self._rotate(topology)):
-                ready = self._pull(queue, topology, source, max_tasks, end, patient=n == 0)
-                candidates += ready or []
+            hand += self._probe(queue, topology, hand, end)
+            taken: set[str] = set()
+            while candidates := [d for d in hand if d.subscription not in taken]:
+                oldest = min(candidates, key=_age)
+                if oldest.subscription in drained or time.monotonic() >= end:
+                    break
+                drained.add(oldest.subscription)
+                if self._may_drain(queue, topology, oldest.subscription):
+                    hand += self._drain(queue, topology, oldest.subscription, len(hand), end)
+                else:
+                    taken.add(oldest.subscription)
+            if taken:
+                hand = self._give_to_claimants(queue, topology, hand, taken)
         except Error:
-            self._hold(queue, topology, candidates)
+            self._hold(queue, topology, hand)
             raise
-        if not candidates:
+        if not hand:
             return []
-        candidates.sort(key=lambda d: (d.order, d.name))
-        tag = candidates[0].tag
+        hand.sort(key=_age)
+        tag = hand[0].tag
         if tag is None:
             # The legacy rule: the untagged among the max_tasks oldest tasks.
-            picked = [d for d in candidates[:max_tasks] if d.tag is None]
-            chosen = {d.ack_id for d in picked}
-            self._hold(queue, topology, [d for d in candidates if d.ack_id not in chosen])
-            return picked
-        picked = [d for d in candidates if d.tag == tag][:max_tasks]
+            picked = [d for d in hand[:max_tasks] if d.tag is None]
+        else:
+            picked = [d for d in hand if d.tag == tag][:max_tasks]
         chosen = {d.ack_id for d in picked}
-        self._hold(queue, topology, [d for d in candidates if d.ack_id not in chosen])
-        source = topology.tags.get(tag, topology.workers)
-        return self._collect(queue, topology, [source], max_tasks, end, _of_tag(tag), picked)
+        self._hold(queue, topology, [d for d in hand if d.ack_id not in chosen])
+        if tag is not None:
+            # Fill up from the tag's subscriptions, but not from one this call drained (all of
+            # it is in hand) or found empty a moment ago.
+            skip = self._empty.get(queue, {})
+            now = time.monotonic()
+            try:
+                sources = [
+                    source
+                    for source in topology.sources_of(tag)
+                    if source not in drained
+                    and skip.get(source, 0.0) <= now
+                    and (source not in topology.shards or self._may_drain(queue, topology, source))
+                ]
+            except Error:
+                self._hold(queue, topology, picked)
+                raise
+            picked = self._collect(
+                queue, topology, sources, max_tasks, end, _of_tag(tag), picked, rotate=False
+            )
+        self._release_claims(queue, topology)
+        return picked
+
+    def _give_to_claimants(
+        self, queue: str, topology: QueueTopology, hand: list[Delivery], taken: set[str]
+    ) -> list[Delivery]:
+        """Give back the tasks of shards another process is draining (it will serve them with
+        the rest of their tags), leave those shards out of probes for a while; the rest."""
+        back = [d for d in hand if d.subscription in taken]
+        self._release_held(queue, back)
+        marks = self._empty.setdefault(queue, {})
+        for source in taken:
+            marks[source] = time.monotonic() + CLAIMED_RECHECK
+        return [d for d in hand if d.subscription not in taken]
+
+    def _may_drain(self, queue: str, topology: QueueTopology, source: str) -> bool:
+        """False for a shard whose token another process holds (it is draining that shard)."""
+        if source not in topology.shards:
+            return True
+        shard = topology.shards.index(source)
+        outcome = self._claims.claim(queue, topology.claims, topology.claims_topic, shard)
+        return outcome is not Claim.TAKEN
+
+    def _release_claims(self, queue: str, topology: QueueTopology) -> None:
+        """Give back the tokens of shards this process holds no task of any more."""
+        holding = self._claims.holding(queue)
+        if not holding:
+            return
+        in_hand = self._book.held_sources(queue)
+        done = {k for k in holding if topology.shards[k] not in in_hand}
+        renew_before = time.time() - topology.retention / 2
+        try:
+            self._claims.release(queue, topology.claims, topology.claims_topic, done, renew_before)
+        except Error as exc:
+            # Tokens not given back come back by themselves when their ack deadline ends.
+            log.warning("queue %r: could not give shard tokens back (%s)", queue, exc)
+
+    def _drain(
+        self, queue: str, topology: QueueTopology, source: str, in_hand: int, end: float
+    ) -> list[Delivery]:
+        """Pull a subscription until it is empty or the hand is full; the available deliveries.
+
+        One found empty a moment ago (EMPTY_RECHECK) is not pulled again yet.
+        """
+        room = self.settings.pubsub_hold_max - in_hand
+        found: list[Delivery] = []
+        marks = self._empty.setdefault(queue, {})
+        if marks.get(source, 0.0) > time.monotonic():
+            return found
+        try:
+            while room > len(found) and time.monotonic() < end:
+                want = min(room - len(found), 1000)
+                ready = self._pull(queue, topology, source, want, end, patient=False, spread=True)
+                if ready is None:
+                    marks[source] = time.monotonic() + EMPTY_RECHECK
+                    break
+                found += ready
+        except Error:
+            self._hold(queue, topology, found)
+            raise
+        return found
+
+    def _probe(
+        self, queue: str, topology: QueueTopology, hand: list[Delivery], end: float
+    ) -> list[Delivery]:
+        """Pull the head of every subscription nothing in hand came from, side by side.
+
+        A subscription found empty is not asked again for EMPTY_RECHECK seconds; deferred tasks
+        a probe brings are hidden until their ETA, so the probes continue past them.
+        """
+        now = time.monotonic()
+        present = {d.subscription for d in hand}
+        skip = self._empty.get(queue, {})
+        sources = [s for s in topology.sources if s not in present and skip.get(s, 0.0) <= now]
+        if not sources:
+            return []
+        patient = not hand
+        results = self.rpc.run_each(
+            [
+                functools.partial(
+                    self._pull, queue, topology, source, PROBE_SIZE, end, patient=patient
+                )
+                for source in sources
+            ]
+        )
+        found: list[Delivery] = []
+        failure: Error | None = None
+        marks = self._empty.setdefault(queue, {})
+        for source, result in zip(sources, results, strict=True):
+            if isinstance(result, Error):
+                failure = failure or result
+            elif result is None:
+                marks[source] = time.monotonic() + EMPTY_RECHECK
+            else:
+                found += result
+        if failure is not None:
+            self._hold(queue, topology, found)
+            raise failure
+        return found
 
     def _pull(
         self,
@@ -845,6 +1047,9 @@ class PubSubBackend:
             return
         self._closed = True
         self._keeper.stop()
+        self._claims.release_all(
+            {q: (t.claims, t.claims_topic) for q, t in self._topologies.items()}
+        )
         leases, held = self._book.take_everything()
         now = time.time()
         try:
@@ -867,6 +1072,11 @@ class PubSubBackend:
             self.rpc.close()
             if self._close_names and self.names is not None:
                 self.names.close()
+
+
+def _age(delivery: Delivery) -> tuple[float, str]:
+    """Oldest first: by ETA (else publish time), then name."""
+    return (delivery.order, delivery.name)
 
 
 def _of_tag(tag: str) -> Wanted:

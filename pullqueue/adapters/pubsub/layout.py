@@ -7,6 +7,7 @@ these (a test parses the module's HCL and checks they agree), so the two can nev
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -20,6 +21,13 @@ DEAD_LETTER_TOPIC_FORMAT = "{prefix}{queue}-dead-letter"
 DEAD_LETTER_SUBSCRIPTION_FORMAT = "{prefix}{queue}-dead-letter"
 REDRIVE_SUBSCRIPTION_FORMAT = "{prefix}{queue}-redrive"
 """Made by `pullqueue dead-letters --redrive` for the length of a redrive (docs/operations.md)."""
+SHARD_TOPIC_FORMAT = "{prefix}{queue}-shard-{shard}"
+SHARD_SUBSCRIPTION_FORMAT = "{prefix}{queue}-shard-{shard}"
+CLAIMS_TOPIC_FORMAT = "{prefix}{queue}-claims"
+CLAIMS_SUBSCRIPTION_FORMAT = "{prefix}{queue}-claims"
+
+SHARDS = 16
+"""Shard topics per queue. Wire format: a tag's shard is crc32(UTF-8 tag) mod SHARDS."""
 
 # Message attributes of the wire format (docs/pubsub.md).
 ATTR_TASK_NAME = "task_name"
@@ -65,6 +73,11 @@ def worker_filter(declared_tags: Iterable[str]) -> str:
     return f"NOT attributes:tag OR ({others})"
 
 
+def shard_of(tag: str) -> int:
+    """The shard of a tag: CRC-32 (zlib, ISO-HDLC) of its UTF-8 bytes, modulo the shard count."""
+    return zlib.crc32(tag.encode("utf-8")) % SHARDS
+
+
 @dataclass(frozen=True)
 class QueueLayout:
     """Every Pub/Sub id and filter one pull queue uses."""
@@ -92,6 +105,8 @@ class QueueLayout:
             (self.topic_id, "topic"),
             (self.worker_subscription_id, "subscription"),
             (self.dead_letter_topic_id, "topic"),
+            *((self.shard_topic_id(k), "topic") for k in range(SHARDS)),
+            (self.claims_topic_id, "topic"),
             *((self.tag_subscription_id(t), "subscription") for t in self.declared_tags),
         ]:
             check_resource_id(resource_id, kind, self.queue)
@@ -109,6 +124,27 @@ class QueueLayout:
 
     def tag_subscription_id(self, tag: str) -> str:
         return self._format(TAG_SUBSCRIPTION_FORMAT, tag=tag)
+
+    def shard_topic_id(self, shard: int) -> str:
+        return self._format(SHARD_TOPIC_FORMAT, shard=str(shard))
+
+    def shard_subscription_id(self, shard: int) -> str:
+        return self._format(SHARD_SUBSCRIPTION_FORMAT, shard=str(shard))
+
+    @property
+    def claims_topic_id(self) -> str:
+        return self._format(CLAIMS_TOPIC_FORMAT)
+
+    @property
+    def claims_subscription_id(self) -> str:
+        return self._format(CLAIMS_SUBSCRIPTION_FORMAT)
+
+    def topic_for(self, tag: str | None) -> str:
+        """The topic a task of this tag is published to: its shard's, or the queue topic for
+        untagged tasks and declared tags (served by their filtered subscriptions)."""
+        if tag is None or tag in self.declared_tags:
+            return self.topic_id
+        return self.shard_topic_id(shard_of(tag))
 
     @property
     def dead_letter_topic_id(self) -> str:

@@ -260,6 +260,11 @@ class LeaseBook:
             times = [h.release_at for held in self._held.values() for h in held.values()]
         return min(times, default=None)
 
+    def held_sources(self, queue: str) -> set[str]:
+        """The subscriptions the queue's held deliveries came from."""
+        with self._lock:
+            return {h.delivery.subscription for h in self._held.get(queue, {}).values()}
+
     def held_count(self, queue: str) -> int:
         with self._lock:
             return len(self._held.get(queue, ()))

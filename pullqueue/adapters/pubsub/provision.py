@@ -15,16 +15,19 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
+from pullqueue.adapters.pubsub.claims import ATTR_SHARD, CLAIM_DEADLINE
 from pullqueue.adapters.pubsub.errors import PROVISION_HINT
 from pullqueue.adapters.pubsub.layout import (
     LABEL_MAX_BACKOFF,
     LABEL_MAX_DOUBLINGS,
     LABEL_MIN_BACKOFF,
+    SHARDS,
     QueueLayout,
+    shard_of,
     tag_filter,
 )
 from pullqueue.adapters.pubsub.rpc import PubSubRpc
-from pullqueue.adapters.pubsub.wire import SubscriptionRule
+from pullqueue.adapters.pubsub.wire import PubsubMessagePb, SubscriptionRule
 from pullqueue.config import Settings
 from pullqueue.errors import (
     ConfigurationError,
@@ -52,6 +55,15 @@ class QueueTopology:
     """Path of the worker subscription (every task but those of declared tags)."""
     tags: Mapping[str, str]
     """Declared tag -> path of its filtered subscription."""
+    shards: list[str]
+    """Path of each shard's subscription, by shard number (tasks of undeclared tags)."""
+    shard_topics: list[str]
+    """Path of each shard's topic, by shard number."""
+    claims: str
+    """Path of the claims subscription (one token per shard)."""
+    claims_topic: str
+    topics: Mapping[str, str]
+    """Subscription path -> path of the topic it is attached to."""
     rules: Mapping[str, SubscriptionRule]
     """Subscription path -> which messages it serves (its filter, evaluated here too)."""
     ack_deadline: int
@@ -69,8 +81,23 @@ class QueueTopology:
 
     @property
     def sources(self) -> list[str]:
-        """Every subscription leases pull from: the worker one, then each declared tag's."""
-        return [self.workers, *self.tags.values()]
+        """Every subscription leases pull from: the worker one, the declared tags', the shards'."""
+        return [self.workers, *self.tags.values(), *self.shards]
+
+    def sources_of(self, tag: str) -> list[str]:
+        """Where a tag's tasks are: its declared subscription; else its shard's subscription,
+        then the worker one (tasks of foreign publishers that only know the queue topic)."""
+        declared = self.tags.get(tag)
+        if declared is not None:
+            return [declared]
+        return [self.shards[shard_of(tag)], self.workers]
+
+    def topic_for(self, tag: str | None) -> str:
+        """The topic a task is published to: its tag's shard topic, or the queue topic for
+        untagged tasks and declared tags."""
+        if tag is None or tag in self.tags:
+            return self.topic
+        return self.shard_topics[shard_of(tag)]
 
 
 def _seconds(duration: Any) -> float:
@@ -127,37 +154,47 @@ class Provisioner:
         queue = layout.queue
         topic = self.rpc.topic_path(layout.topic_id)
         dead_letter_topic = self.rpc.topic_path(layout.dead_letter_topic_id)
+        shard_topics = [self.rpc.topic_path(layout.shard_topic_id(k)) for k in range(SHARDS)]
+        claims_topic = self.rpc.topic_path(layout.claims_topic_id)
+        claims = self.rpc.subscription_path(layout.claims_subscription_id)
         if self.auto_create:
-            self._ensure_topic(topic, queue)
-            self._ensure_topic(dead_letter_topic, queue)
+            for path in [topic, dead_letter_topic, claims_topic, *shard_topics]:
+                self._ensure_topic(path, queue)
             self._ensure_subscription(
                 self.rpc.subscription_path(layout.dead_letter_subscription_id),
                 {"topic": dead_letter_topic, "ack_deadline_seconds": DEAD_LETTER_ACK_DEADLINE},
                 queue,
             )
-        wanted = {self.rpc.subscription_path(layout.worker_subscription_id): layout.worker_filter}
+        workers = self.rpc.subscription_path(layout.worker_subscription_id)
+        # Subscription path -> (its topic, its filter).
+        wanted = {workers: (topic, layout.worker_filter)}
         tags: dict[str, str] = {}
         rules: dict[str, SubscriptionRule] = {}
         declared = frozenset(layout.declared_tags)
-        workers = self.rpc.subscription_path(layout.worker_subscription_id)
         rules[workers] = SubscriptionRule(tag=None, declared=declared)
         for tag in layout.declared_tags:
             path = self.rpc.subscription_path(layout.tag_subscription_id(tag))
-            wanted[path] = tag_filter(tag)
+            wanted[path] = (topic, tag_filter(tag))
             tags[tag] = path
             rules[path] = SubscriptionRule(tag=tag, declared=declared)
+        shards = [
+            self.rpc.subscription_path(layout.shard_subscription_id(k)) for k in range(SHARDS)
+        ]
+        for path, shard_topic in zip(shards, shard_topics, strict=True):
+            wanted[path] = (shard_topic, "")
+            rules[path] = SubscriptionRule(tag=None)
         deadlines: dict[str, int] = {}
         retry: RetryParameters | None = None
         attempts: list[int] = []
         retentions: list[float] = []
         verified = True
-        for path, expected_filter in wanted.items():
+        for path, (source_topic, expected_filter) in wanted.items():
             found = self._subscription(path, queue)
             if found is None and self.auto_create:
                 found = self._ensure_subscription(
                     path,
                     {
-                        "topic": topic,
+                        "topic": source_topic,
                         "filter": expected_filter,
                         "ack_deadline_seconds": self.settings.pubsub_ack_deadline,
                         "enable_exactly_once_delivery": True,
@@ -178,17 +215,23 @@ class Provisioner:
             if found is False:
                 verified = False
                 continue
-            self._check(found, path, topic, expected_filter, queue)
+            self._check(found, path, source_topic, expected_filter, queue)
             deadlines[path] = int(found.ack_deadline_seconds)
             if path == workers:
                 retry = retry_parameters(found)
             attempts.append(int(found.dead_letter_policy.max_delivery_attempts))
             retentions.append(_seconds(found.message_retention_duration))
+        self._open_claims(claims, claims_topic, queue)
         return QueueTopology(
             layout=layout,
             topic=topic,
             workers=workers,
             tags=tags,
+            shards=shards,
+            shard_topics=shard_topics,
+            claims=claims,
+            claims_topic=claims_topic,
+            topics={path: source_topic for path, (source_topic, _) in wanted.items()},
             rules=rules,
             ack_deadline=min(deadlines.values(), default=self.settings.pubsub_ack_deadline),
             ack_deadlines=deadlines if verified else {},
@@ -197,6 +240,40 @@ class Provisioner:
             verified=verified,
             retry=retry,
         )
+
+    def _open_claims(self, claims: str, claims_topic: str, queue: str) -> None:
+        """Check the claims subscription; auto_create creates it with one token per shard."""
+        found = self._subscription(claims, queue)
+        if found is None and self.auto_create:
+            created = self._create_subscription(
+                claims,
+                {
+                    "topic": claims_topic,
+                    "ack_deadline_seconds": CLAIM_DEADLINE,
+                    "enable_exactly_once_delivery": True,
+                    "message_retention_duration": {
+                        "seconds": self.settings.pubsub_retention_seconds
+                    },
+                },
+                queue,
+            )
+            if created:
+                self.rpc.publish(
+                    claims_topic,
+                    [PubsubMessagePb(attributes={ATTR_SHARD: str(k)}) for k in range(SHARDS)],
+                    queue=queue,
+                )
+            return
+        if found is None:
+            raise NotProvisionedError(
+                f"Pub/Sub subscription {claims} does not exist: {PROVISION_HINT}", queue=queue
+            )
+        if found is not False and not found.enable_exactly_once_delivery:
+            raise ConfigurationError(
+                f"Pub/Sub subscription {claims} needs exactly-once delivery (a shard claim could"
+                f" go to two holders); recreate it with the Terraform module {TERRAFORM_MODULE}",
+                queue=queue,
+            )
 
     def _check(self, found: Any, path: str, topic: str, expected_filter: str, queue: str) -> None:
         problems = []
@@ -257,6 +334,20 @@ class Provisioner:
                     )
 
         self.rpc.call(create, queue=queue, resource=topic)
+
+    def _create_subscription(self, path: str, spec: dict[str, Any], queue: str) -> bool:
+        """Create the subscription; False when someone else created it first."""
+
+        def create(timeout: float) -> bool:
+            try:
+                self.rpc.subscriber.create_subscription(
+                    request={"name": path, **spec}, retry=None, timeout=timeout
+                )
+            except gexc.AlreadyExists:
+                return False
+            return True
+
+        return self.rpc.call(create, queue=queue, resource=path)
 
     def _ensure_subscription(self, path: str, spec: dict[str, Any], queue: str) -> Any:
         def create(timeout: float) -> Any:

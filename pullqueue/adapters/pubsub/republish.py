@@ -56,28 +56,35 @@ class Republisher:
         deliveries that could not be republished because publishing is denied: the caller gives
         them back as they are, and they keep using up delivery attempts.
         """
-        messages = []
+        # Each copy goes to the topic its original came from (the queue's, or a shard's).
+        by_topic: dict[str, list[Delivery]] = defaultdict(list)
         for delivery in deliveries:
-            attributes = dict(delivery.attributes)
-            attributes[ATTR_ETA] = format_eta(delivery.order)
-            messages.append(PubsubMessagePb(data=delivery.payload, attributes=attributes))
-        try:
-            self.rpc.publish(topology.topic, messages, queue=queue)
-        except DENIED as exc:
-            log_event(
-                log,
-                logging.WARNING,
-                "republish_denied",
-                queue=queue,
-                tasks=len(deliveries),
-                topic=topology.topic,
-                error=exc.message,
-                next=f"given back as they are: dead-lettered after {topology.max_attempts}"
-                f" deliveries if their ETA is still ahead; {GRANT_HINT}",
-            )
-            return list(deliveries)
-        self._ack_originals(queue, deliveries, "republished")
-        return []
+            by_topic[topology.topics.get(delivery.subscription, topology.topic)].append(delivery)
+        refused: list[Delivery] = []
+        for topic, group in by_topic.items():
+            messages = []
+            for delivery in group:
+                attributes = dict(delivery.attributes)
+                attributes[ATTR_ETA] = format_eta(delivery.order)
+                messages.append(PubsubMessagePb(data=delivery.payload, attributes=attributes))
+            try:
+                self.rpc.publish(topic, messages, queue=queue)
+            except DENIED as exc:
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "republish_denied",
+                    queue=queue,
+                    tasks=len(group),
+                    topic=topic,
+                    error=exc.message,
+                    next=f"given back as they are: dead-lettered after {topology.max_attempts}"
+                    f" deliveries if their ETA is still ahead; {GRANT_HINT}",
+                )
+                refused += group
+                continue
+            self._ack_originals(queue, group, "republished")
+        return refused
 
     def set_aside(
         self, queue: str, topology: QueueTopology, deliveries: Sequence[Delivery]

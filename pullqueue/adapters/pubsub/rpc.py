@@ -30,7 +30,9 @@ from pullqueue.errors import ConfigurationError, Error
 T = TypeVar("T")
 
 PARALLEL_PULLS = 4
-"""Pulls one lease call may have in flight at once."""
+"""Pulls of one subscription one lease call may have in flight at once."""
+PULL_THREADS = 24
+"""Threads for pulls side by side: one per subscription of a queue when probing its heads."""
 ACK_IDS_PER_REQUEST = 1000
 """Ack ids per acknowledge/modifyAckDeadline request (well under the 512 KiB request limit)."""
 MAX_ACK_DEADLINE = 600
@@ -162,11 +164,23 @@ class PubSubRpc:
                 failure = failure or exc
         return results, failure
 
+    def run_each(self, calls: Sequence[Callable[[], T]]) -> list[T | Error]:
+        """Run the calls side by side (pulls of different subscriptions); each one's result, or
+        the Error it raised."""
+        futures = [self._pool().submit(call) for call in calls]
+        results: list[T | Error] = []
+        for future in futures:
+            try:
+                results.append(future.result())
+            except Error as exc:
+                results.append(exc)
+        return results
+
     def _pool(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
-                    max_workers=PARALLEL_PULLS, thread_name_prefix="pullqueue-pubsub-pull"
+                    max_workers=PULL_THREADS, thread_name_prefix="pullqueue-pubsub-pull"
                 )
             return self._executor
 

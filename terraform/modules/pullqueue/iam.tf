@@ -12,6 +12,15 @@ resource "google_pubsub_topic_iam_member" "publisher" {
   member  = "serviceAccount:${var.publisher_service_account}"
 }
 
+resource "google_pubsub_topic_iam_member" "shard_publisher" {
+  for_each = local.shard_topics
+
+  project = var.project_id
+  topic   = google_pubsub_topic.shard[each.key].name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${var.publisher_service_account}"
+}
+
 resource "google_pubsub_subscription_iam_member" "worker" {
   for_each = local.pull_subscriptions
 
@@ -24,7 +33,8 @@ resource "google_pubsub_subscription_iam_member" "worker" {
 # Workers publish too: a task hidden until a far ETA is republished before Pub/Sub would
 # dead-letter it or its retention would run out, and a message whose attributes no worker may
 # serve (a foreign publisher's) is set aside on the dead-letter topic. Only the worker's own
-# queue's topic and dead-letter topic; off, the adapter works on and logs what it cannot do.
+# queue's topics (its shard topics too) and dead-letter topic; off, the adapter works on and
+# logs what it cannot do.
 resource "google_pubsub_topic_iam_member" "worker_republish" {
   for_each = var.grant_worker_publisher ? local.layout : {}
 
@@ -34,11 +44,39 @@ resource "google_pubsub_topic_iam_member" "worker_republish" {
   member  = "serviceAccount:${var.worker_service_account}"
 }
 
+resource "google_pubsub_topic_iam_member" "worker_republish_shard" {
+  for_each = var.grant_worker_publisher ? local.shard_topics : {}
+
+  project = var.project_id
+  topic   = google_pubsub_topic.shard[each.key].name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${var.worker_service_account}"
+}
+
 resource "google_pubsub_topic_iam_member" "worker_set_aside" {
   for_each = var.grant_worker_publisher ? local.layout : {}
 
   project = var.project_id
   topic   = google_pubsub_topic.dead_letter[each.key].name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${var.worker_service_account}"
+}
+
+# Workers hold shard tokens on the claims subscription and publish missing ones.
+resource "google_pubsub_subscription_iam_member" "worker_claims" {
+  for_each = local.layout
+
+  project      = var.project_id
+  subscription = google_pubsub_subscription.claims[each.key].name
+  role         = "roles/pubsub.subscriber"
+  member       = "serviceAccount:${var.worker_service_account}"
+}
+
+resource "google_pubsub_topic_iam_member" "worker_claims_publisher" {
+  for_each = local.layout
+
+  project = var.project_id
+  topic   = google_pubsub_topic.claims[each.key].name
   role    = "roles/pubsub.publisher"
   member  = "serviceAccount:${var.worker_service_account}"
 }

@@ -6,15 +6,23 @@
 # run it alone.
 
 locals {
+  # Shard topics per queue (SHARDS): a task of an undeclared tag is published to shard
+  # crc32(UTF-8 tag) mod 16. Wire format: never change it for a queue that holds tasks.
+  shards = 16
+
   # Declared tags, distinct and sorted: worker_filter() in Python sorts them the same way.
   declared_tags = { for name, queue in var.queues : name => sort(distinct(queue.declared_tags)) }
 
   layout = {
     for name, tags in local.declared_tags : name => {
-      topic_id                    = format("%s%s", var.prefix, name)             # TOPIC_FORMAT
-      worker_subscription_id      = format("%s%s-workers", var.prefix, name)     # WORKER_SUBSCRIPTION_FORMAT
-      dead_letter_topic_id        = format("%s%s-dead-letter", var.prefix, name) # DEAD_LETTER_TOPIC_FORMAT
-      dead_letter_subscription_id = format("%s%s-dead-letter", var.prefix, name) # DEAD_LETTER_SUBSCRIPTION_FORMAT
+      topic_id                    = format("%s%s", var.prefix, name)                                              # TOPIC_FORMAT
+      worker_subscription_id      = format("%s%s-workers", var.prefix, name)                                      # WORKER_SUBSCRIPTION_FORMAT
+      dead_letter_topic_id        = format("%s%s-dead-letter", var.prefix, name)                                  # DEAD_LETTER_TOPIC_FORMAT
+      dead_letter_subscription_id = format("%s%s-dead-letter", var.prefix, name)                                  # DEAD_LETTER_SUBSCRIPTION_FORMAT
+      shard_topic_ids             = [for k in range(local.shards) : format("%s%s-shard-%d", var.prefix, name, k)] # SHARD_TOPIC_FORMAT
+      shard_subscription_ids      = [for k in range(local.shards) : format("%s%s-shard-%d", var.prefix, name, k)] # SHARD_SUBSCRIPTION_FORMAT
+      claims_topic_id             = format("%s%s-claims", var.prefix, name)                                       # CLAIMS_TOPIC_FORMAT
+      claims_subscription_id      = format("%s%s-claims", var.prefix, name)                                       # CLAIMS_SUBSCRIPTION_FORMAT
       tag_subscription_ids = {
         for tag in tags : tag => format("%s%s-tag-%s", var.prefix, name, tag) # TAG_SUBSCRIPTION_FORMAT
       }
@@ -30,22 +38,42 @@ locals {
     }
   }
 
-  # Every subscription workers pull from (the worker one and one per declared tag), keyed
-  # "<queue>/workers" and "<queue>/tag/<tag>". They share one definition in main.tf.
+  # Every shard topic, keyed "<queue>/shard/<k>".
+  shard_topics = merge([
+    for name, queue in local.layout : {
+      for k, id in queue.shard_topic_ids : "${name}/shard/${k}" => { queue = name, id = id }
+    }
+  ]...)
+
+  # Every subscription workers pull from (the worker one, one per declared tag, one per shard),
+  # keyed "<queue>/workers", "<queue>/tag/<tag>" and "<queue>/shard/<k>", with the id of the topic
+  # it reads. They share one definition in main.tf.
   pull_subscriptions = merge(
     {
       for name, queue in local.layout : "${name}/workers" => {
-        queue  = name
-        id     = queue.worker_subscription_id
-        filter = queue.worker_filter
+        queue    = name
+        id       = queue.worker_subscription_id
+        filter   = queue.worker_filter
+        topic_id = queue.topic_id
       }
     },
     merge([
       for name, queue in local.layout : {
         for tag, id in queue.tag_subscription_ids : "${name}/tag/${tag}" => {
-          queue  = name
-          id     = id
-          filter = queue.tag_filters[tag]
+          queue    = name
+          id       = id
+          filter   = queue.tag_filters[tag]
+          topic_id = queue.topic_id
+        }
+      }
+    ]...),
+    merge([
+      for name, queue in local.layout : {
+        for k, id in queue.shard_subscription_ids : "${name}/shard/${k}" => {
+          queue    = name
+          id       = id
+          filter   = ""
+          topic_id = queue.shard_topic_ids[k]
         }
       }
     ]...)
@@ -67,10 +95,11 @@ locals {
 
   # The Cloud Monitoring filters of a queue's subscriptions, byte for byte what `pullqueue stats`
   # queries (pullqueue/monitoring.py: series_filter over layout_subscriptions): the working
-  # subscriptions (the worker one, then declared tags in order) and the dead-letter one. alerts.tf watches the same series.
+  # subscriptions (the worker one, then declared tags in order, then the shards) and the
+  # dead-letter one. alerts.tf watches the same series.
   monitoring_subscriptions = {
     for name, queue in local.layout : name => {
-      working     = concat([queue.worker_subscription_id], values(queue.tag_subscription_ids))
+      working     = concat([queue.worker_subscription_id], values(queue.tag_subscription_ids), queue.shard_subscription_ids)
       dead_letter = [queue.dead_letter_subscription_id]
     }
   }
@@ -87,8 +116,8 @@ locals {
     }
   }
 
-  all_topic_ids        = flatten([for queue in values(local.layout) : [queue.topic_id, queue.dead_letter_topic_id]])
-  all_subscription_ids = concat([for sub in values(local.pull_subscriptions) : sub.id], [for queue in values(local.layout) : queue.dead_letter_subscription_id])
+  all_topic_ids        = flatten([for queue in values(local.layout) : [queue.topic_id, queue.dead_letter_topic_id, queue.claims_topic_id, queue.shard_topic_ids]])
+  all_subscription_ids = concat([for sub in values(local.pull_subscriptions) : sub.id], [for queue in values(local.layout) : queue.dead_letter_subscription_id], [for queue in values(local.layout) : queue.claims_subscription_id])
 }
 
 # Checks that need the computed ids (a variable validation cannot read locals built from itself).

@@ -1,5 +1,6 @@
-# Per pull queue: the topic producers publish to, the subscriptions workers pull from (one
-# filtered subscription per declared tag, one worker subscription for every other task), and a
+# Per pull queue: the topics producers publish to (the queue topic, and one per shard for tasks
+# of undeclared tags), the subscriptions workers pull from (one filtered subscription per
+# declared tag, one per shard, one worker subscription for every other task), and a
 # dead-letter topic with its subscription. Ids and filters come from layout.tf; IAM is in iam.tf.
 
 data "google_project" "this" {
@@ -32,6 +33,18 @@ resource "google_pubsub_topic" "queue" {
   depends_on = [google_kms_crypto_key_iam_member.pubsub_service_agent, terraform_data.layout_checks]
 }
 
+# The shard topics: producers publish tasks of undeclared tags to their tag's shard.
+resource "google_pubsub_topic" "shard" {
+  for_each = local.shard_topics
+
+  project      = var.project_id
+  name         = each.value.id
+  labels       = local.queue_labels[each.value.queue]
+  kms_key_name = var.kms_key_name
+
+  depends_on = [google_kms_crypto_key_iam_member.pubsub_service_agent, terraform_data.layout_checks]
+}
+
 resource "google_pubsub_topic" "dead_letter" {
   for_each = local.layout
 
@@ -41,6 +54,38 @@ resource "google_pubsub_topic" "dead_letter" {
   kms_key_name = var.kms_key_name
 
   depends_on = [google_kms_crypto_key_iam_member.pubsub_service_agent, terraform_data.layout_checks]
+}
+
+# Shard claims: one token message per shard, which workers hold (never acknowledge) while they
+# drain that shard. Terraform cannot publish messages: the first worker that finds no token
+# publishes them (and a worker republishes one that nears the end of the retention).
+resource "google_pubsub_topic" "claims" {
+  for_each = local.layout
+
+  project      = var.project_id
+  name         = each.value.claims_topic_id
+  labels       = local.queue_labels[each.key]
+  kms_key_name = var.kms_key_name
+
+  depends_on = [google_kms_crypto_key_iam_member.pubsub_service_agent, terraform_data.layout_checks]
+}
+
+# No dead-letter policy: tokens are delivered again and again, by design.
+resource "google_pubsub_subscription" "claims" {
+  for_each = local.layout
+
+  project                      = var.project_id
+  name                         = each.value.claims_subscription_id
+  topic                        = google_pubsub_topic.claims[each.key].id
+  labels                       = local.queue_labels[each.key]
+  ack_deadline_seconds         = 60
+  enable_exactly_once_delivery = true
+  message_retention_duration   = var.queues[each.key].message_retention_duration
+  retain_acked_messages        = false
+
+  expiration_policy {
+    ttl = ""
+  }
 }
 
 # Where tasks go after max_delivery_attempts leases: kept for the retention period, never lost.
@@ -67,7 +112,7 @@ resource "google_pubsub_subscription" "pull" {
 
   project                      = var.project_id
   name                         = each.value.id
-  topic                        = google_pubsub_topic.queue[each.value.queue].id
+  topic                        = lookup(google_pubsub_topic.shard, each.key, google_pubsub_topic.queue[each.value.queue]).id
   filter                       = each.value.filter == "" ? null : each.value.filter
   labels                       = local.queue_labels[each.value.queue]
   ack_deadline_seconds         = var.queues[each.value.queue].ack_deadline_seconds

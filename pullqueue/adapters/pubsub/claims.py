@@ -1,0 +1,170 @@
+"""Shard claims: one token message per shard on the queue's claims subscription, held to drain it.
+
+A process drains a shard into its hand only while it holds the shard's token (under exactly-once
+delivery a pulled message is one subscriber's until its ack deadline), so two processes do not
+split a shard's tags between them. Tokens are never acknowledged, only given back; a duplicate
+or missing token costs batching, never a task, and a missing one is published again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from pullqueue.adapters.pubsub.rpc import PubSubRpc
+from pullqueue.adapters.pubsub.wire import PubsubMessagePb
+from pullqueue.errors import Error
+
+log = logging.getLogger(__name__)
+
+ATTR_SHARD = "shard"
+"""Attribute of a token message: its shard number, in decimal."""
+CLAIM_DEADLINE = 60
+"""Seconds a token is held per pull or renewal (the claims subscription's ack deadline)."""
+RENEW_MARGIN = 20.0
+"""A held token is renewed when less than this many seconds of its deadline are left."""
+MISSING_AFTER = 3 * CLAIM_DEADLINE
+"""Seconds without seeing a shard's token, while others are seen, before it is published again."""
+CLAIM_WAIT = 0.25
+"""Seconds a pull of the claims subscription waits for tokens."""
+RETRY_PAUSE = 0.05
+"""Seconds before looking again when no token came and none was ever seen."""
+
+
+class Claim(Enum):
+    """The outcome of asking for a shard's token."""
+
+    OWNED = "owned"
+    """This process holds the token: drain the shard."""
+    TAKEN = "taken"
+    """Another process holds it: serve only what is in hand."""
+    NO_TOKENS = "no tokens"
+    """No token at all came (none published yet, or every one is held): drain unclaimed."""
+
+
+@dataclass
+class _Token:
+    ack_id: str
+    held_until: float
+    published: float
+
+
+class ShardClaims:
+    """The tokens one process holds, per queue, and the pulls that win or give them back."""
+
+    def __init__(self, rpc: PubSubRpc, shards: int) -> None:
+        self.rpc = rpc
+        self.shards = shards
+        self._lock = threading.Lock()
+        self._held: dict[str, dict[int, _Token]] = {}
+        self._seen: dict[str, dict[int, float]] = {}
+        self._started = time.monotonic()
+
+    def claim(self, queue: str, subscription: str, topic: str, shard: int) -> Claim:
+        """Hold the shard's token: renewed when already held, else won from the subscription."""
+        now = time.monotonic()
+        with self._lock:
+            token = self._held.get(queue, {}).get(shard)
+        if token is not None:
+            if token.held_until - now > RENEW_MARGIN:
+                return Claim.OWNED
+            stale = self.rpc.modify(subscription, [token.ack_id], CLAIM_DEADLINE, queue=queue)
+            if not stale:
+                token.held_until = now + CLAIM_DEADLINE
+                return Claim.OWNED
+            with self._lock:
+                self._held.get(queue, {}).pop(shard, None)
+        seen = self._seen.setdefault(queue, {})
+        received = self._pull(queue, subscription)
+        if not received and not seen:
+            # Another process may have all free tokens in hand for a moment: look once more.
+            time.sleep(RETRY_PAUSE)
+            received = self._pull(queue, subscription)
+        pulled_at = time.monotonic()
+        give_back: list[str] = []
+        won = False
+        with self._lock:
+            held = self._held.setdefault(queue, {})
+            for item in received:
+                number = _shard_number(item.message.attributes.get(ATTR_SHARD, ""), self.shards)
+                if number is not None:
+                    seen[number] = pulled_at
+                if number == shard and shard not in held:
+                    stamp = item.message.publish_time
+                    held[shard] = _Token(
+                        item.ack_id, pulled_at + CLAIM_DEADLINE, stamp.seconds + stamp.nanos / 1e9
+                    )
+                    won = True
+                else:
+                    give_back.append(item.ack_id)
+        if give_back:
+            self.rpc.modify(subscription, give_back, 0, queue=queue)
+        if won:
+            return Claim.OWNED
+        missing = [shard] if received else list(range(self.shards))
+        if all(pulled_at - max(seen.get(k, 0.0), self._started) > MISSING_AFTER for k in missing):
+            # Never published (Terraform cannot publish), expired, or lost: publish it again; a
+            # duplicate only lets two processes share a shard.
+            log.warning(
+                "queue %r: no token for shard(s) %s seen in %d s; publishing them",
+                queue,
+                ", ".join(map(str, missing)),
+                MISSING_AFTER,
+            )
+            self.publish(queue, topic, missing)
+            for k in missing:
+                seen[k] = pulled_at
+        if not received and not seen:
+            return Claim.NO_TOKENS
+        return Claim.TAKEN
+
+    def _pull(self, queue: str, subscription: str) -> list[Any]:
+        return self.rpc.pull(
+            subscription, self.shards, queue=queue, wait=CLAIM_WAIT, budget=self.rpc.timeout
+        )
+
+    def holding(self, queue: str) -> set[int]:
+        with self._lock:
+            return set(self._held.get(queue, {}))
+
+    def release(
+        self, queue: str, subscription: str, topic: str, shards: set[int], renew_before: float
+    ) -> None:
+        """Give the shards' tokens back; one published before renew_before (POSIX seconds, near
+        the end of the subscription's retention) is replaced by a fresh token instead."""
+        with self._lock:
+            held = self._held.get(queue, {})
+            tokens = {k: held.pop(k) for k in shards if k in held}
+        if not tokens:
+            return
+        old = [k for k, token in tokens.items() if token.published < renew_before]
+        if old:
+            self.publish(queue, topic, old)
+            self.rpc.ack(subscription, [tokens[k].ack_id for k in old], queue=queue)
+        back = [token.ack_id for k, token in tokens.items() if k not in old]
+        if back:
+            self.rpc.modify(subscription, back, 0, queue=queue)
+
+    def release_all(self, subscriptions: dict[str, tuple[str, str]]) -> None:
+        """Give every token back (the backend is closing); queue -> (subscription, topic)."""
+        for queue, (subscription, topic) in subscriptions.items():
+            try:
+                self.release(queue, subscription, topic, self.holding(queue), 0.0)
+            except Error as exc:
+                log.warning("queue %r: could not give shard tokens back (%s)", queue, exc)
+
+    def publish(self, queue: str, topic: str, shards: list[int]) -> None:
+        """Publish a token for each shard given."""
+        messages = [PubsubMessagePb(attributes={ATTR_SHARD: str(k)}) for k in shards]
+        self.rpc.publish(topic, messages, queue=queue)
+
+
+def _shard_number(text: str, shards: int) -> int | None:
+    if not text.isdigit():
+        return None
+    number = int(text)
+    return number if number < shards else None

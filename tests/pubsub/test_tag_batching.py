@@ -1,0 +1,147 @@
+"""Batching by tag with several worker processes on Pub/Sub: whole tags per lease, nothing lost.
+
+Real OS processes run a migrated worker's loop (`lease_tasks_by_tag` -> `delete_tasks`) through
+`pullqueue.compat.taskqueue` on one queue until every task is deleted; the shard claims must keep
+each tag's tasks together although the processes lease at once. Also: the claims subscription's
+tokens, and a shard whose token is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from pullqueue import Queue, Task
+from pullqueue.adapters.pubsub.claims import ATTR_SHARD, Claim
+from pullqueue.adapters.pubsub.layout import SHARDS
+from tests.pubsub.conftest import MakeBackend, raw_pull
+
+REPO = Path(__file__).resolve().parents[2]
+
+_WORKER = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    from pullqueue import Settings
+    from pullqueue.adapters.pubsub import PubSubBackend
+    from pullqueue.compat import taskqueue
+
+    project, out, total = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+    backend = PubSubBackend(project, settings=Settings(), auto_create=True)
+    queue = taskqueue.Queue("batched", backend)
+    backend.topology("batched")
+    (out / f"ready-{sys.argv[4]}").write_text("")
+    while not (out / "go").exists():
+        time.sleep(0.01)
+    batches, idle = [], time.monotonic()
+    while time.monotonic() - idle < 20:
+        batch = queue.lease_tasks_by_tag(60, 1000)
+        if batch:
+            batches.append([[t.name, t.tag] for t in batch])
+            queue.delete_tasks(batch)
+            idle = time.monotonic()
+            (out / "progress").mkdir(exist_ok=True)
+            (out / "progress" / sys.argv[4]).write_text(str(sum(map(len, batches))))
+        elif sum(int(p.read_text() or 0) for p in (out / "progress").glob("*")) >= total:
+            break
+    backend.close()
+    (out / f"batches-{sys.argv[4]}.json").write_text(json.dumps(batches))
+    """
+)
+
+
+def test_three_processes_lease_whole_tags_and_lose_nothing(
+    make_backend: MakeBackend, project: str, tmp_path: Path
+) -> None:
+    tags, per_tag = 50, 40
+    tasks = [Task(b"x", name=f"t{i}", tag=f"tag-{i % tags}") for i in range(tags * per_tag)]
+    random.Random(7).shuffle(tasks)
+    producer = Queue("batched", make_backend())
+    for start in range(0, len(tasks), 100):
+        producer.add(tasks[start : start + 100])
+    (tmp_path / "progress").mkdir()
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, project, str(tmp_path), str(len(tasks)), str(n)],
+            cwd=REPO,
+            env={**os.environ},
+        )
+        for n in range(3)
+    ]
+    # Started together, as workers that are already running when tasks arrive.
+    while len(list(tmp_path.glob("ready-*"))) < 3:
+        assert all(w.poll() is None for w in workers)
+        time.sleep(0.05)
+    (tmp_path / "go").write_text("")
+    for worker in workers:
+        assert worker.wait(timeout=120) == 0
+    batches = [
+        batch
+        for n in range(3)
+        for batch in json.loads((tmp_path / f"batches-{n}.json").read_text())
+    ]
+    names = [name for batch in batches for name, _ in batch]
+    assert sorted(names) == sorted(t.name for t in tasks)  # none lost, none twice
+    assert all(len({tag for _, tag in batch}) == 1 for batch in batches)  # no mixed batch
+    # The legacy queue leases each tag whole: 100 tasks a lease. Here a task a process took as
+    # the head of a shard another process then drained is leased on its own (at most one per
+    # process and shard at a time); every other task comes with its whole tag. Without claims
+    # the processes split each shard's tags between them (leases of 20 to 50).
+    in_whole_tags = sum(len(batch) for batch in batches if len(batch) >= 0.9 * per_tag)
+    sizes = sorted(len(batch) for batch in batches)
+    assert in_whole_tags >= 0.95 * len(names), sizes
+    assert len(batches) <= tags + 3 * SHARDS, sizes
+
+
+def test_auto_create_publishes_one_token_per_shard(
+    make_backend: MakeBackend, raw: tuple[object, object]
+) -> None:
+    _, subscriber = raw
+    backend = make_backend()
+    topology = backend.topology("tokens")
+    tokens = raw_pull(subscriber, topology.claims)  # type: ignore[arg-type]
+    assert sorted(int(t.message.attributes[ATTR_SHARD]) for t in tokens) == list(range(SHARDS))
+
+
+def test_a_claimed_shard_is_not_claimed_twice_and_comes_back_when_released(
+    make_backend: MakeBackend,
+) -> None:
+    first, second = make_backend(), make_backend()
+    topology = first.topology("claimed")
+    second.topology("claimed")
+    claim = (topology.claims, topology.claims_topic)
+    assert first._claims.claim("claimed", *claim, 5) is Claim.OWNED
+    assert second._claims.claim("claimed", *claim, 5) is Claim.TAKEN
+    assert second._claims.claim("claimed", *claim, 6) is Claim.OWNED
+    first._claims.release("claimed", *claim, {5}, renew_before=0.0)
+    assert second._claims.claim("claimed", *claim, 5) is Claim.OWNED
+
+
+def test_a_missing_token_is_published_again(
+    make_backend: MakeBackend, raw: tuple[object, object], monkeypatch: object
+) -> None:
+    _, subscriber = raw
+    backend = make_backend()
+    topology = backend.topology("healed")
+    claim = (topology.claims, topology.claims_topic)
+    # Shard 3's token is lost (acknowledged behind the adapter's back).
+    tokens = raw_pull(subscriber, topology.claims)  # type: ignore[arg-type]
+    lost = [t.ack_id for t in tokens if t.message.attributes[ATTR_SHARD] == "3"]
+    subscriber.acknowledge(subscription=topology.claims, ack_ids=lost)  # type: ignore[attr-defined]
+    subscriber.modify_ack_deadline(  # type: ignore[attr-defined]
+        subscription=topology.claims,
+        ack_ids=[t.ack_id for t in tokens if t.ack_id not in lost],
+        ack_deadline_seconds=0,
+    )
+    assert backend._claims.claim("healed", *claim, 3) is Claim.TAKEN
+    # Once no process has seen it for the claims' patience, a worker publishes it again.
+    backend._claims._started -= 3600
+    backend._claims._seen["healed"][3] = time.monotonic() - 3600
+    assert backend._claims.claim("healed", *claim, 3) is Claim.TAKEN
+    assert backend._claims.claim("healed", *claim, 3) is Claim.OWNED
