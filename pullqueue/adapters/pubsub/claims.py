@@ -31,6 +31,8 @@ MISSING_AFTER = 3 * CLAIM_DEADLINE
 """Seconds without seeing a shard's token, while others are seen, before it is published again."""
 CLAIM_WAIT = 0.25
 """Seconds a pull of the claims subscription waits for tokens."""
+CLAIM_PULLS = 4
+"""Pulls of the claims subscription one claim makes at most, looking for its token."""
 RETRY_PAUSE = 0.05
 """Seconds before looking again when no token came and none was ever seen."""
 
@@ -84,23 +86,31 @@ class ShardClaims:
             # Another process may have all free tokens in hand for a moment: look once more.
             time.sleep(RETRY_PAUSE)
             received = self._pull(queue, subscription)
-        pulled_at = time.monotonic()
         give_back: list[str] = []
         won = False
-        with self._lock:
-            held = self._held.setdefault(queue, {})
-            for item in received:
-                number = _shard_number(item.message.attributes.get(ATTR_SHARD, ""), self.shards)
-                if number is not None:
-                    seen[number] = pulled_at
-                if number == shard and shard not in held:
-                    stamp = item.message.publish_time
-                    held[shard] = _Token(
-                        item.ack_id, pulled_at + CLAIM_DEADLINE, stamp.seconds + stamp.nanos / 1e9
-                    )
-                    won = True
-                else:
-                    give_back.append(item.ack_id)
+        batch = received
+        for _ in range(CLAIM_PULLS):
+            pulled_at = time.monotonic()
+            with self._lock:
+                held = self._held.setdefault(queue, {})
+                for item in batch:
+                    attributes = item.message.attributes
+                    number = _shard_number(attributes.get(ATTR_SHARD, ""), self.shards)
+                    if number is not None:
+                        seen[number] = pulled_at
+                    if number == shard and shard not in held:
+                        stamp = item.message.publish_time
+                        published = stamp.seconds + stamp.nanos / 1e9
+                        held[shard] = _Token(item.ack_id, pulled_at + CLAIM_DEADLINE, published)
+                        won = True
+                    else:
+                        give_back.append(item.ack_id)
+            # A pull may bring fewer tokens than are free: keep looking (the ones in hand stay
+            # out of the next pull) until the token comes or no more do.
+            if won or not batch:
+                break
+            batch = self._pull(queue, subscription)
+        pulled_at = time.monotonic()
         if give_back:
             self.rpc.modify(subscription, give_back, 0, queue=queue)
         if won:
