@@ -482,8 +482,9 @@ def test_iam_is_least_privilege() -> None:
     assert unquote(viewer["role"]) == "roles/pubsub.viewer"
     assert "if var.grant_worker_subscription_viewer" in unquote(viewer["for_each"])
     assert unquote(viewer["subscription"]) == "google_pubsub_subscription.pull[each.key].name"
-    # Workers publish only to their own queue's topic (republishing a task deferred to a far ETA)
-    # and its dead-letter topic (setting aside a message they cannot serve), never elsewhere.
+    # Workers publish only to their own queue's topics (republishing a task deferred to a far
+    # ETA to the topic it came from), its dead-letter topic (setting aside a message they cannot
+    # serve) and its claims topic (a missing shard token), never elsewhere.
     worker_publish = {
         key: (unquote(body["topic"]), unquote(body["for_each"]))
         for key, body in iam.items()
@@ -495,9 +496,17 @@ def test_iam_is_least_privilege() -> None:
             "google_pubsub_topic.queue[each.key].name",
             "var.grant_worker_publisher ? local.layout : {}",
         ),
+        ("google_pubsub_topic_iam_member", "worker_republish_shard"): (
+            "google_pubsub_topic.shard[each.key].name",
+            "var.grant_worker_publisher ? local.shard_topics : {}",
+        ),
         ("google_pubsub_topic_iam_member", "worker_set_aside"): (
             "google_pubsub_topic.dead_letter[each.key].name",
             "var.grant_worker_publisher ? local.layout : {}",
+        ),
+        ("google_pubsub_topic_iam_member", "worker_claims_publisher"): (
+            "google_pubsub_topic.claims[each.key].name",
+            "local.layout",
         ),
     }
     worker_roles = {

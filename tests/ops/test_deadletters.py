@@ -26,6 +26,7 @@ from pullqueue.adapters.pubsub.deadletters import (
     _paths,
     redrive,
 )
+from pullqueue.adapters.pubsub.layout import shard_of
 from pullqueue.adapters.pubsub.peek import look, pull_all
 from pullqueue.adapters.pubsub.provision import DEAD_LETTER_ACK_DEADLINE
 from pullqueue.adapters.pubsub.wire import (
@@ -164,7 +165,7 @@ def test_dead_letters_say_why_and_redrive_keeps_name_tag_and_eta(
     rows = {row["name"]: row for row in listing["dead_letters"]}
     assert sorted(rows) == ["t1", "t3", "t5"]
     assert rows["t1"]["attempts"] == 5 and rows["t1"]["tag"] == "a"
-    assert rows["t1"]["source_subscription"] == f"{name}-workers"
+    assert rows["t1"]["source_subscription"] == f"{name}-shard-{shard_of('a')}"
     limited = json.loads(cli(emulator, "dead-letters", name, "--json", "--limit", "2").stdout)
     assert len(limited["dead_letters"]) == 2
     # A future ETA is kept too: one dead letter carries one.

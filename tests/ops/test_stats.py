@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from pullqueue import Queue, Task, connect
+from pullqueue.adapters.pubsub.layout import SHARDS
 from pullqueue.cli import cli
 from pullqueue.monitoring import OLDEST_UNACKED_AGE, UNDELIVERED, BacklogReader
 from pullqueue.registry import reset_default_backends
@@ -90,6 +91,10 @@ def test_on_the_emulator_the_counts_are_unknown_and_say_why(
 def seeded(service: MonitoringService, queue: str, now: float) -> None:
     service.gauge(UNDELIVERED, f"{queue}-workers", 7, at=now - 90)
     service.gauge(OLDEST_UNACKED_AGE, f"{queue}-workers", 42, at=now - 90)
+    # Tasks of undeclared tags wait on the shard subscriptions: five on shard 3.
+    for k in range(SHARDS):
+        service.gauge(UNDELIVERED, f"{queue}-shard-{k}", 5 if k == 3 else 0, at=now - 90)
+        service.gauge(OLDEST_UNACKED_AGE, f"{queue}-shard-{k}", 60 if k == 3 else 0, at=now - 90)
     service.gauge(UNDELIVERED, f"{queue}-dead-letter", 2, at=now - 90)
     service.gauge(OLDEST_UNACKED_AGE, f"{queue}-dead-letter", 4000, at=now - 90)
 
@@ -111,14 +116,15 @@ def test_with_monitoring_the_backlog_is_real(
         )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["tasks"] == 7 and data["leased"] is None and data["approximate"] is True
+    assert data["tasks"] == 12 and data["leased"] is None and data["approximate"] is True
     monitoring = data["monitoring"]
     assert monitoring["available"] is True
-    assert (monitoring["undelivered"], monitoring["dead_letters"]) == (7, 2)
-    assert monitoring["oldest_unacked_age_seconds"] == 42
+    assert (monitoring["undelivered"], monitoring["dead_letters"]) == (12, 2)
+    assert monitoring["oldest_unacked_age_seconds"] == 60
     assert monitoring["data_age_seconds"] == 90
     assert [(s["subscription"], s["role"]) for s in monitoring["subscriptions"]] == [
         (f"{pubsub_queue}-workers", "workers"),
+        *((f"{pubsub_queue}-shard-{k}", "shard") for k in range(SHARDS)),
         (f"{pubsub_queue}-dead-letter", "dead-letter"),
     ]
     assert table.exit_code == 0, table.output

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from google.pubsub_v1 import PublisherClient, SubscriberClient
 
-from pullqueue.adapters.pubsub.layout import worker_filter
+from pullqueue.adapters.pubsub.layout import SHARDS, worker_filter
 from pullqueue.plan import QueueYamlError, build_plan, read_queue_yaml
 from pullqueue.retry import RetryParameters, queue_retry_parameters
 from tests.pubsub.conftest import MakeBackend
@@ -46,6 +46,31 @@ def _provision(raw: tuple[Any, Any], project: str, queue: str, **extra: Any) -> 
             "enable_exactly_once_delivery": True,
             "dead_letter_policy": {"dead_letter_topic": dead_letter, "max_delivery_attempts": 50},
             **extra,
+        }
+    )
+    # The shard topics and subscriptions, and the claims subscription.
+    for k in range(SHARDS):
+        shard_topic = publisher.topic_path(project, f"{queue}-shard-{k}")
+        publisher.create_topic(request={"name": shard_topic})
+        subscriber.create_subscription(
+            request={
+                "name": subscriber.subscription_path(project, f"{queue}-shard-{k}"),
+                "topic": shard_topic,
+                "enable_exactly_once_delivery": True,
+                "dead_letter_policy": {
+                    "dead_letter_topic": dead_letter,
+                    "max_delivery_attempts": 50,
+                },
+                **extra,
+            }
+        )
+    claims = publisher.topic_path(project, f"{queue}-claims")
+    publisher.create_topic(request={"name": claims})
+    subscriber.create_subscription(
+        request={
+            "name": subscriber.subscription_path(project, f"{queue}-claims"),
+            "topic": claims,
+            "enable_exactly_once_delivery": True,
         }
     )
 

@@ -259,7 +259,9 @@ class PubSubBackend:
                 marks[source] = time.monotonic() + EMPTY_RECHECK
             else:
                 picked += result
-                if len(result) >= share:
+                # More may be there: it filled its share, or brought only tasks it may not hand
+                # out (ETA ahead, a copy for another subscription).
+                if len(result) >= share or not result:
                     fuller.append(source)
         if failure is not None:
             self._hold(queue, topology, picked)
