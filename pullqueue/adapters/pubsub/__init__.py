@@ -1,7 +1,8 @@
 """The Pub/Sub backend, `pubsub://PROJECT`: legacy pull-queue semantics on topics and subscriptions.
 
-One concern a module: backend (the Backend calls), wire (message format), layout (resource ids),
-rpc and errors (bounded calls, typed failures), leases and keeper (held leases), provision. The
+One concern a module: backend (the Backend calls), wire (message format), layout (resource ids,
+shard hash), claims (shard tokens), rpc and errors (bounded calls, typed failures), leases and
+keeper (held leases), provision. The
 backend and its Google client load on first use, so `layout` (used by `pullqueue plan`) and the
 command line start without importing google-cloud-pubsub.
 """
