@@ -232,7 +232,7 @@ class PubSubBackend:
     ) -> list[Delivery]:
         """Up to max_tasks of any tag: held ones, then a share of the rest from every
         subscription side by side (so an empty queue answers after one pull wait, not one per
-        subscription), then more from those that had more."""
+        subscription), then more from those that brought any."""
         picked = self._book.take_held(queue, None, max_tasks)
         if len(picked) >= max_tasks:
             return picked
@@ -244,12 +244,12 @@ class PubSubBackend:
         results = self.rpc.run_each(
             [
                 functools.partial(
-                    self._pull, queue, topology, source, share, end, patient=not picked
+                    self._pull, queue, topology, source, share, end, patient=not picked, spread=True
                 )
                 for source in live
             ]
         )
-        fuller: list[str] = []
+        more: list[str] = []
         failure: Error | None = None
         marks = self._empty.setdefault(queue, {})
         for source, result in zip(live, results, strict=True):
@@ -258,11 +258,10 @@ class PubSubBackend:
             elif result is None:
                 marks[source] = time.monotonic() + EMPTY_RECHECK
             else:
+                # More may be there: a pull often brings fewer than asked (the emulator at most
+                # 100), or only tasks it may not hand out (ETA ahead, another's copy).
                 picked += result
-                # More may be there: it filled its share, or brought only tasks it may not hand
-                # out (ETA ahead, a copy for another subscription).
-                if len(result) >= share or not result:
-                    fuller.append(source)
+                more.append(source)
         if failure is not None:
             self._hold(queue, topology, picked)
             raise failure
@@ -270,8 +269,8 @@ class PubSubBackend:
             picked.sort(key=_age)
             self._hold(queue, topology, picked[max_tasks:])
             return picked[:max_tasks]
-        if fuller and len(picked) < max_tasks:
-            return self._collect(queue, topology, fuller, max_tasks, end, None, picked)
+        if more and len(picked) < max_tasks:
+            return self._collect(queue, topology, more, max_tasks, end, None, picked)
         return picked
 
     def _rotate(self, topology: QueueTopology) -> list[str]:
