@@ -29,6 +29,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.pubsub_v1 import SubscriberClient
 
 from pullqueue import Task
+from pullqueue.adapters.pubsub.layout import SHARDS
 from tests.migrate.clitools import file_queue, migrate_command, popen_options
 from tests.support.emulators import shared_emulator_host
 from tests.support.faultreport import record
@@ -125,30 +126,36 @@ def kill_at_random(trial: Trial, rng: random.Random, report: str) -> bool:
 
 
 def pull_everything(subscriber: SubscriberClient, project: str) -> Counter[str]:
-    """task_name of every message on the destination's worker subscription (acked as read)."""
-    path = f"projects/{project}/subscriptions/jobs-workers"
+    """task_name of every message on the destination's worker and shard subscriptions (acked as
+    read): untagged tasks arrive on the first, tagged ones on their tag's shard."""
     names: Counter[str] = Counter()
-    empty = 0
-    while empty < 3:
-        with warnings.catch_warnings():  # deprecated on Pub/Sub, still what an emulator needs
-            warnings.simplefilter("ignore", DeprecationWarning)
-            response = subscriber.pull(
-                request={"subscription": path, "max_messages": 1000, "return_immediately": True},
-                timeout=10,
-            )
-        if not response.received_messages:
-            empty += 1
-            time.sleep(0.1)
-            continue
+    for subscription in ["jobs-workers", *(f"jobs-shard-{k}" for k in range(SHARDS))]:
+        path = f"projects/{project}/subscriptions/{subscription}"
         empty = 0
-        for received in response.received_messages:
-            names[received.message.attributes["task_name"]] += 1
-        subscriber.acknowledge(
-            request={
-                "subscription": path,
-                "ack_ids": [r.ack_id for r in response.received_messages],
-            }
-        )
+        while empty < 3:
+            with warnings.catch_warnings():  # deprecated on Pub/Sub, still what an emulator needs
+                warnings.simplefilter("ignore", DeprecationWarning)
+                response = subscriber.pull(
+                    request={
+                        "subscription": path,
+                        "max_messages": 1000,
+                        "return_immediately": True,
+                    },
+                    timeout=10,
+                )
+            if not response.received_messages:
+                empty += 1
+                time.sleep(0.1)
+                continue
+            empty = 0
+            for received in response.received_messages:
+                names[received.message.attributes["task_name"]] += 1
+            subscriber.acknowledge(
+                request={
+                    "subscription": path,
+                    "ack_ids": [r.ack_id for r in response.received_messages],
+                }
+            )
     return names
 
 

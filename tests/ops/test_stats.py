@@ -76,7 +76,11 @@ def test_on_the_emulator_the_counts_are_unknown_and_say_why(
     assert data["monitoring"]["undelivered"] is None
     # Still known: the subscriptions that make up the queue.
     subs = [(s["subscription"], s["undelivered"]) for s in data["monitoring"]["subscriptions"]]
-    assert subs == [(f"{pubsub_queue}-workers", None), (f"{pubsub_queue}-dead-letter", None)]
+    assert subs == [
+        (f"{pubsub_queue}-workers", None),
+        *((f"{pubsub_queue}-shard-{k}", None) for k in range(SHARDS)),
+        (f"{pubsub_queue}-dead-letter", None),
+    ]
     table = run("stats", pubsub_queue, "--url", URL, env=env)
     assert table.returncode == 0, table.stderr
     rows = {
