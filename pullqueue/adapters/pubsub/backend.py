@@ -236,10 +236,7 @@ class PubSubBackend:
         picked = self._book.take_held(queue, None, max_tasks)
         if len(picked) >= max_tasks:
             return picked
-        sources = self._rotate(topology)
-        now = time.monotonic()
-        skip = self._empty.get(queue, {})
-        live = [source for source in sources if skip.get(source, 0.0) <= now] or sources[:1]
+        live = self._rotate(topology)
         share = math.ceil((max_tasks - len(picked)) / len(live))
         results = self.rpc.run_each(
             [
@@ -410,6 +407,12 @@ class PubSubBackend:
         for source in taken:
             marks[source] = time.monotonic() + CLAIMED_RECHECK
         return [d for d in hand if d.subscription not in taken]
+
+    def _unmark(self, queue: str, sources: list[str]) -> None:
+        """This process gave tasks back to these subscriptions: they are not empty now."""
+        marks = self._empty.get(queue, {})
+        for source in sources:
+            marks.pop(source, None)
 
     def _may_drain(self, queue: str, topology: QueueTopology, source: str) -> bool:
         """False for a shard whose token another process holds (it is draining that shard)."""
@@ -628,6 +631,7 @@ class PubSubBackend:
         by_source: dict[str, list[Delivery]] = defaultdict(list)
         for delivery in back:
             by_source[delivery.subscription].append(delivery)
+        self._unmark(queue, list(by_source))
         for source, items in by_source.items():
             self.rpc.modify(source, [d.ack_id for d in items], 0, queue=queue)
             self._book.skipped(items)
@@ -812,6 +816,7 @@ class PubSubBackend:
                 )
             if lease_seconds == 0:
                 self._book.remove(lease)
+                self._unmark(queue, [source])
             lease.expires = now + lease_seconds
             lease.held_until = now + seconds
         task.eta_posix = lease.expires
