@@ -53,8 +53,20 @@ deletes a task it did not add.
     + EXIT_STATUS_HELP
     + "\nHere 1 means a count does not reconcile (the table says what).",
 )
-@click.option("--tasks", type=Count(1, 1_000_000), default=3000, show_default=True)
-@click.option("--tags", type=Count(1, 1000), default=12, show_default=True)
+@click.option(
+    "--tasks",
+    type=Count(1, 1_000_000),
+    default=3000,
+    show_default=True,
+    help="Counter increments the legacy-style app adds.",
+)
+@click.option(
+    "--tags",
+    type=Count(1, 1000),
+    default=12,
+    show_default=True,
+    help="Distinct tags (users) the increments are spread over.",
+)
 @click.option(
     "--url",
     help="Destination backend [default: env PULLQUEUE_URL; else pubsub://pullqueue-demo on the"
@@ -67,9 +79,21 @@ deletes a task it did not add.
     show_default=True,
     help="Destination queue; it must hold no tasks (the demo refuses one that does).",
 )
-@click.option("--concurrency", type=Count(1, 64), default=4, show_default=True)
+@click.option(
+    "--concurrency",
+    type=Count(1, 64),
+    default=4,
+    show_default=True,
+    help="Worker threads leasing by tag.",
+)
 @batch_size_option(100, "Tasks per lease call of the demo's workers.")
-@click.option("--timeout", type=FiniteFloat(1), default=300.0, show_default=True)
+@click.option(
+    "--timeout",
+    type=FiniteFloat(1),
+    default=300.0,
+    show_default=True,
+    help="Seconds to wait for every task to be migrated and processed; past it the demo fails.",
+)
 @click.option("--seed", type=Count(0), help="Seed for tags and amounts (default: random).")
 @json_option("Print the reconciliation as one JSON object instead of a table.")
 def demo(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import click
 import pytest
 
 from pullqueue.cli import cli
@@ -29,3 +30,11 @@ def test_help_gives_examples_and_the_exit_codes(command: list[str]) -> None:
         assert "--batch-size" in text
     if command in (["work"], ["migrate"]):
         assert "--lease-seconds" in text
+
+
+@pytest.mark.parametrize("name", sorted(cli.commands))
+def test_every_option_says_what_it_is_for(name: str) -> None:
+    command = cli.commands[name]
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.hidden:
+            assert param.help, f"pullqueue {name} {param.opts[0]} has no help text"
