@@ -170,6 +170,13 @@ def migrate(
     except BaseException:
         source.backend.close()
         raise
+    if source.backend.url.startswith("memory:"):
+        click.echo(
+            "Warning: --from memory:// is a queue of this process only, empty unless this process"
+            " fills it, so nothing will move; pass the legacy queue's URL"
+            " (cloudtasks://PROJECT/LOCATION or appengine://).",
+            err=True,
+        )
     if _would_vanish(source, dest, dry_run):
         source.backend.close()
         dest.backend.close()

@@ -99,6 +99,17 @@ def test_ctrl_c_during_a_pubsub_migration_reports_interrupted_and_a_rerun_finish
         left.close()
 
 
+def test_a_migration_from_memory_warns_that_nothing_can_move(tmp_path: Path) -> None:
+    done = run(
+        "migrate", "jobs", "--from", "memory://", "--to", f"filequeue://{tmp_path / 'dst.db'}",
+        "--no-journal", "--quiet-period", "0", cwd=tmp_path, env=plugin_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    warning = [line for line in done.stderr.splitlines() if line.startswith("Warning: ")]
+    assert len(warning) == 1 and "--from memory://" in warning[0], done.stderr
+    assert "cloudtasks://PROJECT/LOCATION" in warning[0]
+
+
 def test_a_migration_into_memory_is_refused_since_the_tasks_would_vanish_at_exit(
     tmp_path: Path,
 ) -> None:
