@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
+import pydantic
 
 from pullqueue.adapters.base import Backend
+from pullqueue.config import Settings
 from pullqueue.errors import ConfigurationError, Error
 from pullqueue.registry import connect, default_backend
 
@@ -102,12 +104,25 @@ class Command(click.Command):
             fail(str(exc), EXIT_USAGE)
         except Error as exc:
             fail(str(exc), EXIT_FAILED)
+        except pydantic.ValidationError as exc:
+            if exc.title != Settings.__name__:
+                raise
+            fail(_bad_setting(exc), EXIT_USAGE)
         except Exception as exc:
             fail(
                 f"unexpected {type(exc).__name__}: {exc} (run again with --debug for the"
                 " traceback)",
                 EXIT_FAILED,
             )
+
+
+def _bad_setting(exc: pydantic.ValidationError) -> str:
+    """The environment variables Settings refused, each with its value and the rule it broke."""
+    parts = []
+    for error in exc.errors():
+        name = f"PULLQUEUE_{str(error['loc'][0]).upper()}" if error["loc"] else "PULLQUEUE_*"
+        parts.append(f"{name}={error.get('input')!r}: {error['msg']}")
+    return f"bad environment variable {'; '.join(parts)}; fix or unset it"
 
 
 class Group(click.Group):

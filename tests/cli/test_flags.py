@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from pullqueue.cli import cli
-from tests.cli.support import run
+from tests.cli.support import clean_env, one_error_line, run
 
 NUMERIC = (click.types.IntParamType, click.types.FloatParamType)
 
@@ -63,3 +63,21 @@ def test_the_installed_command_refuses_it_before_starting(args: list[str], flag:
     assert f"Invalid value for '{flag}'" in done.stderr
     assert "Traceback" not in done.stderr
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "command"),
+    [
+        ("PULLQUEUE_LEASE_REQUESTS_PER_SECOND", "nan", ["work", "jobs", "os:getcwd"]),
+        ("PULLQUEUE_AUTO_CREATE", "maybe", ["stats", "jobs"]),
+        ("PULLQUEUE_PUBSUB_DECLARED_TAGS", '{"jobs": 3}', ["tasks", "jobs"]),
+    ],
+)
+def test_a_bad_environment_variable_is_one_line_naming_it(
+    variable: str, value: str, command: list[str]
+) -> None:
+    done = run(*command, env=clean_env(**{variable: value}))
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done.stderr)
+    assert f"{variable}=" in line and "fix or unset it" in line, line
+    assert "pydantic" not in line
