@@ -408,7 +408,16 @@ class Worker:
         released = [t for t in tasks if t not in moved]
         delays = batch.fail(released)
         self.stats.add(failed=len(tasks), dead_lettered=len(last))
-        for task in moved:
+        outcomes = [
+            (t, "dead-lettered: its last attempt (pullqueue dead-letters shows it)") for t in moved
+        ]
+        outcomes += [
+            (t, "released; dead-lettered by the queue, its last attempt")
+            if t in last
+            else (t, f"released; leasable again in {delay:.1f} s")
+            for t, delay in zip(released, delays, strict=True)
+        ]
+        for task, next_step in outcomes:
             log_event(
                 logger,
                 logging.WARNING,
@@ -418,21 +427,7 @@ class Worker:
                 tag=task.tag,
                 retry_count=task.retry_count,
                 error=error,
-                next="dead-lettered: its last attempt (pullqueue dead-letters shows it)",
-            )
-        for task, delay in zip(released, delays, strict=True):
-            log_event(
-                logger,
-                logging.WARNING,
-                "failed",
-                queue=self.queue.name,
-                task=task.name,
-                tag=task.tag,
-                retry_count=task.retry_count,
-                error=error,
-                next="released; dead-lettered by the queue, its last attempt"
-                if task in last
-                else f"released; leasable again in {delay:.1f} s",
+                next=next_step,
             )
 
     def _cancel(self, batch: LeasedBatch, task: Task | None) -> None:
