@@ -14,6 +14,8 @@ from collections import Counter
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.layout import ATTR_TAG, shard_of
+from pullqueue.adapters.pubsub.leases import LeaseBook
+from pullqueue.adapters.pubsub.wire import Delivery
 from tests.pubsub.conftest import MakeBackend, raw_pull
 
 ALPHA, BETA, G = "alpha", "beta-3", "g-28"
@@ -136,20 +138,91 @@ def test_the_held_buffer_is_bounded(make_backend: MakeBackend) -> None:
     assert len(holder.lease(60, 10, tag=ALPHA)) == 2
 
 
-def test_a_task_held_again_keeps_its_first_release_time(make_backend: MakeBackend) -> None:
+def test_a_task_held_again_keeps_its_first_release_time() -> None:
+    book = LeaseBook()
+    pulled = 1000.0
+    deliveries = [_delivery(f"b{i}", pulled) for i in range(3)]
+    assert book.hold("q", deliveries, 2.0, 10, now=pulled + 0.1) == ([], [])
+    # A lease call takes the hand at +1 s and holds it again: due at +2 s as before, not +3 s.
+    taken = book.take_held("q", None, 10)
+    assert book.hold("q", taken, 2.0, 10, now=pulled + 1.0) == ([], [])
+    assert book.held_due(pulled + 1.9) == {}
+    assert [d.name for d in book.held_due(pulled + 2.0)["q"]] == ["b0", "b1", "b2"]
+    # Held again once its time is up, it is handed back as due; past the limit, as not fitting.
+    assert book.hold("q", deliveries[:1], 2.0, 10, now=pulled + 2.5) == ([], deliveries[:1])
+    assert book.hold("q", deliveries, 2.0, 2, now=pulled + 0.5) == (deliveries[2:], [])
+
+
+def _delivery(name: str, pulled_at: float) -> Delivery:
+    return Delivery(
+        subscription="projects/p/subscriptions/q-shard-0",
+        ack_id=f"ack-{name}",
+        message_id=f"m-{name}",
+        name=name,
+        payload=b"",
+        tag=BETA,
+        eta=None,
+        published=pulled_at - 1,
+        attempt=1,
+        retry_limit=None,
+        attributes={},
+        pulled_at=pulled_at,
+    )
+
+
+def _tags_on_shard_of(tag: str, count: int) -> list[str]:
+    """`count` tags other than `tag` that hash onto its shard."""
+    found = (f"t-{i}" for i in range(100_000) if shard_of(f"t-{i}") == shard_of(tag))
+    return [next(found) for _ in range(count)]
+
+
+def test_a_process_serving_its_hand_keeps_its_drained_shard_past_the_hold(
+    make_backend: MakeBackend,
+) -> None:
+    # The holder drains ALPHA's shard (it holds the shard's claim) and serves one tag a lease,
+    # slower than the hold time. The betas wait in its hand, their deadline extended, instead
+    # of going back to Pub/Sub: no extra delivery, and no other process can lease them meanwhile
+    # (the claim keeps others off the shard anyway).
+    hold = 1.0
+    backend = make_backend(pubsub_hold_seconds=hold)
+    holder = Queue("serving", backend)
+    other = Queue("serving", make_backend())
+    older = _tags_on_shard_of(ALPHA, 6)
+    for tag in older:
+        holder.add(Task(b"o", name=f"o-{tag}", tag=tag))
+        time.sleep(0.01)  # publish times in this order: the older tags are leased first
+    holder.add([Task(b"b", name=f"b{i}", tag=BETA) for i in range(3)])
+    start = time.monotonic()
+    served = []
+    for _ in older:
+        (task,) = holder.lease(60, 10, group_by_tag=True)
+        served.append(task.tag)
+        holder.delete([task])
+        assert other.lease(60, 10) == []  # the betas stay in the holder's hand
+        time.sleep(hold * 0.6)
+    assert served == older
+    assert time.monotonic() - start > 3 * hold
+    betas = holder.lease(60, 10, group_by_tag=True)
+    assert sorted(t.name for t in betas) == ["b0", "b1", "b2"]
+    # Not one delivery was given back unleased (each would be billed again when redelivered).
+    assert backend._book._skipped == {}
+
+
+def test_a_process_that_stops_leasing_gives_its_hand_back(make_backend: MakeBackend) -> None:
     holder = Queue("rehold", make_backend(pubsub_hold_seconds=2.0))
     other = Queue("rehold", make_backend())
     holder.add([Task(b"a", name=f"a{i}", tag=ALPHA) for i in range(3)])
     holder.add([Task(b"b", name=f"b{i}", tag=BETA) for i in range(3)] + [Task(b"g", tag=G)])
-    start = time.monotonic()
     assert len(holder.lease(60, 10, tag=G)) == 1  # alphas and betas are now held
-    time.sleep(1.0)
-    # Grouping takes every held task, leases the oldest tag and holds the betas again ...
+    # Grouping takes the hand, leases the oldest tag and holds the betas again ...
     assert {t.tag for t in holder.lease(60, 10, group_by_tag=True)} == {ALPHA}
-    # ... still due back two seconds after their pull, not two seconds after this call.
+    last_lease = time.monotonic()
+    # ... and, the holder leasing no more, gives them back within twice the hold time of its
+    # last lease (once extended while that lease was recent, then released).
     back: list[Task] = []
-    while len(back) < 3 and time.monotonic() - start < 10:
+    while len(back) < 3 and time.monotonic() - last_lease < 10:
         back += other.lease(60, 10)
         time.sleep(0.05)
     assert {t.tag for t in back} == {BETA} and len(back) == 3
-    assert time.monotonic() - start < 2.9
+    assert all(t.retry_count == 2 for t in back)
+    assert 2.0 <= time.monotonic() - last_lease < 2 * 2.0 + 1.0

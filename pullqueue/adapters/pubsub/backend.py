@@ -14,6 +14,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import SplitResult
 
@@ -109,7 +110,7 @@ class PubSubBackend:
         self._book = LeaseBook()
         self._republisher = Republisher(self.rpc, self._book)
         self._keeper = LeaseKeeper(
-            self._book, self._renew, self._release_held, settings.pubsub_keeper_period
+            self._book, self._renew, self._settle_held, settings.pubsub_keeper_period
         )
         self._topologies: dict[str, QueueTopology] = {}
         self._topology_lock = threading.Lock()
@@ -344,6 +345,7 @@ class PubSubBackend:
         the oldest is chosen again; its tag's tasks are all in hand then, even with other
         processes leasing (they find that shard empty while this process serves it).
         """
+        self._book.serving(queue, time.time())
         hand = self._book.take_held(queue, None, self.settings.pubsub_hold_max + max_tasks)
         drained: set[str] = set()
         try:
@@ -604,17 +606,85 @@ class PubSubBackend:
         return age + hidden >= topology.retention - min(RETENTION_RESERVE, topology.retention / 4)
 
     def _hold(self, queue: str, topology: QueueTopology, deliveries: list[Delivery]) -> None:
-        """Keep deliveries for this process's next lease calls; release what does not fit."""
+        """Keep deliveries for this process's next lease calls; release what does not fit, and
+        settle those whose time ran out while a lease call had them in hand."""
         if not deliveries:
             return
-        hold_for = min(self.settings.pubsub_hold_seconds, topology.ack_deadline / 2)
-        overflow = self._book.hold(
+        hold_for = self._hold_for(topology)
+        full, due = self._book.hold(
             queue, deliveries, hold_for, self.settings.pubsub_hold_max, time.time()
         )
-        if len(overflow) < len(deliveries):
+        if len(full) + len(due) < len(deliveries):
             self._keeper.poke()
-        if overflow:
-            self._release_held(queue, overflow)
+        if full:
+            self._release_held(queue, full)
+        if due:
+            self._settle_held(queue, due)
+
+    def _hold_for(self, topology: QueueTopology) -> float:
+        """Seconds a delivery stays in hand after its pull (or its deadline's last extension)."""
+        return min(self.settings.pubsub_hold_seconds, topology.ack_deadline / 2)
+
+    def _settle_held(self, queue: str, deliveries: list[Delivery]) -> None:
+        """Held deliveries whose time is up: those of shards this process holds the claim of are
+        kept (their deadline extended) while it still leases by oldest tag, the rest given back.
+
+        A drained shard's tags are served one lease each, which can take longer than the hold;
+        giving its tasks back then would cost each a delivery and hand them to no one else (the
+        claim keeps other processes off the shard). A process that stops leasing by oldest tag
+        gives its hand back within twice the hold time of its last such lease.
+        """
+        topology = self._topologies.get(queue)
+        if topology is None or not deliveries:
+            return
+        now = time.time()
+        hold_for = self._hold_for(topology)
+        served = self._book.last_served(queue)
+        keep: list[Delivery] = []
+        back: list[Delivery] = []
+        if hold_for > 0 and served is not None and now - served <= hold_for and not self._closed:
+            wanted = {
+                topology.shards.index(d.subscription)
+                for d in deliveries
+                if d.subscription in topology.shards
+            }
+            try:
+                claimed = self._claims.keep(queue, topology.claims, wanted)
+            except Error as exc:
+                log.warning("queue %r: could not renew shard tokens (%s)", queue, exc)
+                claimed = set()
+            shards = {topology.shards[k] for k in claimed}
+            for delivery in deliveries:
+                if delivery.subscription in shards and not self._near_limits(
+                    topology, delivery, now
+                ):
+                    keep.append(delivery)
+                else:
+                    back.append(delivery)
+        else:
+            back = deliveries
+        by_source: dict[str, list[Delivery]] = defaultdict(list)
+        for delivery in keep:
+            by_source[delivery.subscription].append(delivery)
+        kept: list[Delivery] = []
+        for source, items in by_source.items():
+            seconds = topology.ack_deadlines.get(source, topology.ack_deadline)
+            at = time.time()
+            try:
+                stale = self.rpc.modify(source, [d.ack_id for d in items], seconds, queue=queue)
+            except Error as exc:
+                # Not extended: Pub/Sub delivers them again when their deadline ends.
+                log.warning("queue %r: could not keep held tasks (%s)", queue, exc)
+                continue
+            # The deadline now runs from just before this request, as from a pull.
+            kept += [replace(d, pulled_at=at) for d in items if d.ack_id not in stale]
+        if kept:
+            full, due = self._book.hold(
+                queue, kept, hold_for, self.settings.pubsub_hold_max, time.time()
+            )
+            back += full + due
+            self._keeper.poke()
+        self._release_held(queue, back)
 
     def _release_held(self, queue: str, deliveries: list[Delivery]) -> None:
         """Give deliveries nobody leased back to Pub/Sub (republished when near a limit)."""

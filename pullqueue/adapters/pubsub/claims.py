@@ -141,6 +141,29 @@ class ShardClaims:
         with self._lock:
             return set(self._held.get(queue, {}))
 
+    def keep(self, queue: str, subscription: str, shards: set[int]) -> set[int]:
+        """Renew those of the shards' tokens this process holds that are near their deadline,
+        in one request; the shards whose token it still holds."""
+        now = time.monotonic()
+        with self._lock:
+            held = self._held.get(queue, {})
+            tokens = {k: held[k] for k in shards if k in held}
+        due = {k: t for k, t in tokens.items() if t.held_until - now <= RENEW_MARGIN}
+        if due:
+            stale = self.rpc.modify(
+                subscription, [t.ack_id for t in due.values()], CLAIM_DEADLINE, queue=queue
+            )
+            with self._lock:
+                held = self._held.get(queue, {})
+                for k, token in due.items():
+                    if token.ack_id in stale:
+                        if held.get(k) is token:
+                            del held[k]
+                        del tokens[k]
+                    else:
+                        token.held_until = now + CLAIM_DEADLINE
+        return set(tokens)
+
     def release(
         self, queue: str, subscription: str, topic: str, shards: set[int], renew_before: float
     ) -> None:

@@ -2,7 +2,8 @@
 
 Pub/Sub holds a message for at most 600 s; a lease longer than that is held in short windows the
 keeper renews until the lease ends, the task is deleted or the backend closes, so a killed
-worker's tasks come back within one window. It also gives back held deliveries whose time is up.
+worker's tasks come back within one window. It also settles held deliveries whose time is up
+(kept in hand for a process still serving their shard, else given back).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ log = logging.getLogger(__name__)
 Renew = Callable[[list[Lease]], None]
 """Extends the given leases' ack deadlines (taking each lease's lock); marks refused ones lost."""
 Release = Callable[[str, list[Delivery]], None]
-"""Gives held deliveries of a queue back to Pub/Sub."""
+"""Settles held deliveries of a queue whose time is up: held again with a new deadline, or given
+back to Pub/Sub."""
 
 
 class LeaseKeeper:
-    """Renews due leases every `period` seconds and releases held deliveries when due."""
+    """Renews due leases every `period` seconds and settles held deliveries when due."""
 
     def __init__(self, book: LeaseBook, renew: Renew, release: Release, period: float) -> None:
         self._book = book
@@ -77,7 +79,7 @@ class LeaseKeeper:
             self._wake.wait(self._sleep())
 
     def run_once(self) -> None:
-        """One pass: renew the leases due before the next pass, release held deliveries."""
+        """One pass: renew the leases due before the next pass, settle held deliveries."""
         now = time.time()
         # A lease is renewed when its deadline falls before the next pass plus one period of
         # slack for the renewal itself to arrive.

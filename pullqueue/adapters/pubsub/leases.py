@@ -66,6 +66,7 @@ class LeaseBook:
         self._messages: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
         self._dropped: OrderedDict[str, None] = OrderedDict()
         self._skipped: OrderedDict[str, int] = OrderedDict()
+        self._served: dict[str, float] = {}
 
     # Leases
 
@@ -202,29 +203,43 @@ class LeaseBook:
             for lease in dropped:
                 self._forget(lease)
             self._held.pop(queue, None)
+            self._served.pop(queue, None)
             return dropped
 
     # Held deliveries: pulled for no one yet, served to this process's next lease calls
 
     def hold(
         self, queue: str, deliveries: Iterable[Delivery], hold_for: float, limit: int, now: float
-    ) -> list[Delivery]:
+    ) -> tuple[list[Delivery], list[Delivery]]:
         """Keep deliveries until hold_for seconds after their pull, at most `limit` per queue;
-        the ones that did not fit or whose time is already up.
+        the ones that did not fit, and the ones whose time is already up.
 
         The clock starts at the pull, not here: a delivery held, taken and held again never
         outstays the ack deadline its pull set.
         """
-        overflow: list[Delivery] = []
+        full: list[Delivery] = []
+        due: list[Delivery] = []
         with self._lock:
             held = self._held.setdefault(queue, OrderedDict())
             for delivery in deliveries:
                 release_at = delivery.pulled_at + hold_for
-                if len(held) < limit and release_at > now:
+                if release_at <= now:
+                    due.append(delivery)
+                elif len(held) < limit:
                     held[delivery.ack_id] = _Held(delivery, release_at)
                 else:
-                    overflow.append(delivery)
-        return overflow
+                    full.append(delivery)
+        return full, due
+
+    def serving(self, queue: str, now: float) -> None:
+        """This process starts a lease by oldest tag on the queue (it is serving its hand)."""
+        with self._lock:
+            self._served[queue] = now
+
+    def last_served(self, queue: str) -> float | None:
+        """When this process last started a lease by oldest tag on the queue (POSIX seconds)."""
+        with self._lock:
+            return self._served.get(queue)
 
     def room(self, queue: str, limit: int) -> int:
         with self._lock:
