@@ -40,7 +40,8 @@ class Settings(BaseSettings):
         30.0,
         ge=0,
         description="How long tasks pulled for no one (other tags) wait for this process's next"
-        " lease before they are released.",
+        " lease before they are released; a drained shard's are kept while the process keeps"
+        " leasing by oldest tag.",
     )
     pubsub_hold_max: int = Field(
         5000,
