@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub import PubSubBackend
@@ -226,3 +227,19 @@ def test_a_process_that_stops_leasing_gives_its_hand_back(make_backend: MakeBack
     assert {t.tag for t in back} == {BETA} and len(back) == 3
     assert all(t.retry_count == 2 for t in back)
     assert 2.0 <= time.monotonic() - last_lease < 2 * 2.0 + 1.0
+
+
+def test_a_held_task_is_not_kept_once_its_deadline_is_nearly_over(
+    make_backend: MakeBackend,
+) -> None:
+    # A process stalled past its hand's hold time gives the tasks back instead of extending a
+    # deadline that may already have ended (Pub/Sub may have handed them to another process).
+    backend = make_backend()
+    topology = backend.topology("stalled")
+    source = topology.shards[shard_of(BETA)]
+    deadline = topology.ack_deadlines.get(source, topology.ack_deadline)
+    now = time.time()
+    on_time = _delivery("b0", now - deadline / 2)
+    late = _delivery("b1", now - deadline * 0.8)
+    assert backend._extendable(topology, replace(on_time, subscription=source), now)
+    assert not backend._extendable(topology, replace(late, subscription=source), now)

@@ -655,8 +655,10 @@ class PubSubBackend:
                 claimed = set()
             shards = {topology.shards[k] for k in claimed}
             for delivery in deliveries:
-                if delivery.subscription in shards and not self._near_limits(
-                    topology, delivery, now
+                if (
+                    delivery.subscription in shards
+                    and self._extendable(topology, delivery, now)
+                    and not self._near_limits(topology, delivery, now)
                 ):
                     keep.append(delivery)
                 else:
@@ -685,6 +687,14 @@ class PubSubBackend:
             back += full + due
             self._keeper.poke()
         self._release_held(queue, back)
+
+    @staticmethod
+    def _extendable(topology: QueueTopology, delivery: Delivery, now: float) -> bool:
+        """True while a quarter of the delivery's ack deadline is left: a renewal sent later
+        (the process stalled) might land after Pub/Sub gave the task to someone else, which
+        without exactly-once delivery it would not refuse."""
+        deadline = topology.ack_deadlines.get(delivery.subscription, topology.ack_deadline)
+        return now < delivery.pulled_at + deadline * 0.75
 
     def _release_held(self, queue: str, deliveries: list[Delivery]) -> None:
         """Give deliveries nobody leased back to Pub/Sub (republished when near a limit)."""
