@@ -2,8 +2,8 @@
 
 Four real OS processes run a migrated worker's loop (`lease_tasks_by_tag` -> `delete_tasks`)
 through `pullqueue.compat.taskqueue` on one queue until every task is deleted; the shard claims
-must keep each tag's tasks together although the processes lease at once. Also: the claims subscription's
-tokens, and a shard whose token is missing.
+must keep each tag's tasks together although the processes lease at once. Also: the claims
+subscription's tokens, and a shard whose token is missing.
 """
 
 from __future__ import annotations
