@@ -45,7 +45,7 @@ from pullqueue.cli.base import (
     json_option,
     lease_seconds_option,
 )
-from pullqueue.errors import Error
+from pullqueue.errors import ConfigurationError, Error
 from pullqueue.migrate.drain import DEFAULT_LEASE_SECONDS, DEFAULT_QUIET_PERIOD, drain
 from pullqueue.migrate.report import MigrationReport
 from pullqueue.queue import Queue
@@ -206,7 +206,9 @@ def migrate(
                 stop=stop,
             )
     except Error as exc:
-        fail(str(exc), EXIT_USAGE)
+        # Options, settings, paths and journals are usage errors; a queue that is missing or
+        # refuses us is a failure, as in every other command.
+        fail(str(exc), EXIT_USAGE if isinstance(exc, ConfigurationError) else EXIT_FAILED)
     except KeyboardInterrupt:
         err.print(
             "aborted: the batch in flight was cut short; run the same command again to finish"

@@ -27,7 +27,12 @@ from pullqueue.cli.base import (
     lease_seconds_option,
     url_option,
 )
-from pullqueue.errors import ConfigurationError, Error
+from pullqueue.errors import (
+    ConfigurationError,
+    Error,
+    PermissionDeniedError,
+    UnknownQueueError,
+)
 from pullqueue.metrics import PrometheusEndpoint, serve_prometheus
 from pullqueue.queue import Queue
 from pullqueue.worker.backoff import Backoff
@@ -188,6 +193,15 @@ def _work(
     except Error as exc:
         backend.close()
         raise click.BadParameter(str(exc), param_hint="QUEUE") from exc
+    try:
+        # A queue that is not there (not provisioned) or not ours to read fails now, before the
+        # worker says it started; a transient failure is left to the lease loop's backoff.
+        queue.stats()
+    except (UnknownQueueError, PermissionDeniedError, ConfigurationError):
+        backend.close()
+        raise
+    except Error:
+        pass
     try:
         worker = Worker(
             queue,

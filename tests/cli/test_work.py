@@ -106,3 +106,20 @@ def test_exit_when_idle_help_says_a_failed_task_waiting_to_retry_keeps_it_runnin
     done = run("work", "--help")
     assert done.returncode == 0
     assert "retry delay" in " ".join(done.stdout.split()), done.stdout
+
+
+def test_a_queue_not_provisioned_fails_before_the_worker_starts_as_in_stats(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "ok.py").write_text("def handle(task):\n    pass\n")
+    env = clean_env(
+        PUBSUB_EMULATOR_HOST=shared_emulator_host("pubsub"),
+        PULLQUEUE_URL=f"pubsub://pq-{uuid.uuid4().hex[:12]}",
+        PULLQUEUE_AUTO_CREATE="0",
+    )
+    for command in (["stats", "jobs"], ["work", "jobs", "ok:handle", "--exit-when-idle", "0"]):
+        done = run(*command, cwd=tmp_path, env=env)
+        assert done.returncode == 1, (command, done.stderr)
+        line = one_error_line(done.stderr)
+        assert "pullqueue plan" in line, line
+        assert "started" not in done.stderr + done.stdout  # no log line says it is working
