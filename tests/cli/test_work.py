@@ -3,6 +3,7 @@ emulator that is not running, and memory:// where a shared queue was meant."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -88,15 +89,22 @@ def test_memory_on_the_command_line_warns_that_it_lives_in_this_process_only(
     assert "--url pubsub://PROJECT" in done.stderr
 
 
-def test_a_queue_name_pubsub_cannot_hold_is_a_usage_error_as_in_stats(tmp_path: Path) -> None:
+def _stats_then_work(
+    tmp_path: Path, queue: str, auto_create: str
+) -> list[tuple[list[str], subprocess.CompletedProcess[str]]]:
+    """`stats QUEUE` and `work QUEUE` on a fresh Pub/Sub project: each command and its run."""
     (tmp_path / "ok.py").write_text("def handle(task):\n    pass\n")
     env = clean_env(
         PUBSUB_EMULATOR_HOST=shared_emulator_host("pubsub"),
         PULLQUEUE_URL=f"pubsub://pq-{uuid.uuid4().hex[:12]}",
-        PULLQUEUE_AUTO_CREATE="1",
+        PULLQUEUE_AUTO_CREATE=auto_create,
     )
-    for command in (["stats", "q1"], ["work", "q1", "ok:handle", "--exit-when-idle", "0"]):
-        done = run(*command, cwd=tmp_path, env=env)
+    commands = [["stats", queue], ["work", queue, "ok:handle", "--exit-when-idle", "0"]]
+    return [(command, run(*command, cwd=tmp_path, env=env)) for command in commands]
+
+
+def test_a_queue_name_pubsub_cannot_hold_is_a_usage_error_as_in_stats(tmp_path: Path) -> None:
+    for command, done in _stats_then_work(tmp_path, "q1", auto_create="1"):
         assert done.returncode == 2, (command, done.stderr)
         line = one_error_line(done.stderr)
         assert "'q1'" in line and "PULLQUEUE_PUBSUB_PREFIX" in line
@@ -111,14 +119,7 @@ def test_exit_when_idle_help_says_a_failed_task_waiting_to_retry_keeps_it_runnin
 def test_a_queue_not_provisioned_fails_before_the_worker_starts_as_in_stats(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "ok.py").write_text("def handle(task):\n    pass\n")
-    env = clean_env(
-        PUBSUB_EMULATOR_HOST=shared_emulator_host("pubsub"),
-        PULLQUEUE_URL=f"pubsub://pq-{uuid.uuid4().hex[:12]}",
-        PULLQUEUE_AUTO_CREATE="0",
-    )
-    for command in (["stats", "jobs"], ["work", "jobs", "ok:handle", "--exit-when-idle", "0"]):
-        done = run(*command, cwd=tmp_path, env=env)
+    for command, done in _stats_then_work(tmp_path, "jobs", auto_create="0"):
         assert done.returncode == 1, (command, done.stderr)
         line = one_error_line(done.stderr)
         assert "pullqueue plan" in line, line
