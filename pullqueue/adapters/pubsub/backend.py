@@ -239,30 +239,16 @@ class PubSubBackend:
             return picked
         live = self._rotate(topology)
         share = math.ceil((max_tasks - len(picked)) / len(live))
-        results = self.rpc.run_each(
-            [
-                functools.partial(
-                    self._pull, queue, topology, source, share, end, patient=not picked, spread=True
-                )
-                for source in live
-            ]
-        )
-        more: list[str] = []
-        failure: Error | None = None
-        marks = self._empty.setdefault(queue, {})
-        for source, result in zip(live, results, strict=True):
-            if isinstance(result, Error):
-                failure = failure or result
-            elif result is None:
-                marks[source] = time.monotonic() + EMPTY_RECHECK
-            else:
-                # More may be there: a pull often brings fewer than asked (the emulator at most
-                # 100), or only tasks it may not hand out (ETA ahead, another's copy).
-                picked += result
-                more.append(source)
-        if failure is not None:
+        try:
+            found, more = self._pull_each(
+                queue, topology, live, share, end, patient=not picked, spread=True
+            )
+        except Error:
             self._hold(queue, topology, picked)
-            raise failure
+            raise
+        # More may be in the sources that brought any: a pull often brings fewer than asked
+        # (the emulator at most 100), or only tasks it may not hand out (ETA ahead, a copy).
+        picked += found
         if len(picked) > max_tasks:
             picked.sort(key=_age)
             self._hold(queue, topology, picked[max_tasks:])
@@ -477,16 +463,36 @@ class PubSubBackend:
         sources = [s for s in topology.sources if s not in present and skip.get(s, 0.0) <= now]
         if not sources:
             return []
-        patient = not hand
+        found, _ = self._pull_each(queue, topology, sources, PROBE_SIZE, end, patient=not hand)
+        return found
+
+    def _pull_each(
+        self,
+        queue: str,
+        topology: QueueTopology,
+        sources: list[str],
+        size: int,
+        end: float,
+        *,
+        patient: bool,
+        spread: bool = False,
+    ) -> tuple[list[Delivery], list[str]]:
+        """Pull up to `size` from each source, side by side (an empty queue answers after one
+        pull wait, not one per source): what came, and the sources that brought any.
+
+        A source that brought nothing is not asked again for EMPTY_RECHECK seconds. When a pull
+        fails, what the others brought is held and the first failure raised.
+        """
         results = self.rpc.run_each(
             [
                 functools.partial(
-                    self._pull, queue, topology, source, PROBE_SIZE, end, patient=patient
+                    self._pull, queue, topology, source, size, end, patient=patient, spread=spread
                 )
                 for source in sources
             ]
         )
         found: list[Delivery] = []
+        brought: list[str] = []
         failure: Error | None = None
         marks = self._empty.setdefault(queue, {})
         for source, result in zip(sources, results, strict=True):
@@ -496,10 +502,11 @@ class PubSubBackend:
                 marks[source] = time.monotonic() + EMPTY_RECHECK
             else:
                 found += result
+                brought.append(source)
         if failure is not None:
             self._hold(queue, topology, found)
             raise failure
-        return found
+        return found, brought
 
     def _pull(
         self,
