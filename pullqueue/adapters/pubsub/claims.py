@@ -153,6 +153,7 @@ class ShardClaims:
             stale = self.rpc.modify(
                 subscription, [t.ack_id for t in due.values()], CLAIM_DEADLINE, queue=queue
             )
+            released: list[str] = []
             with self._lock:
                 held = self._held.get(queue, {})
                 for k, token in due.items():
@@ -160,8 +161,14 @@ class ShardClaims:
                         if held.get(k) is token:
                             del held[k]
                         del tokens[k]
+                    elif held.get(k) is not token:
+                        # Given back while this renewal was on its way: give it back again.
+                        released.append(token.ack_id)
+                        del tokens[k]
                     else:
                         token.held_until = now + CLAIM_DEADLINE
+            if released:
+                self.rpc.modify(subscription, released, 0, queue=queue)
         return set(tokens)
 
     def release(
