@@ -14,12 +14,14 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub.claims import ATTR_SHARD, Claim
-from pullqueue.adapters.pubsub.layout import SHARDS
+from pullqueue.adapters.pubsub.layout import SHARDS, shard_of
 from tests.pubsub.conftest import MakeBackend, raw_pull
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,3 +155,56 @@ def test_a_missing_token_is_published_again(
     backend._claims._seen["healed"][3] = time.monotonic() - 3600
     assert backend._claims.claim("healed", *claim, 3) is Claim.TAKEN
     assert backend._claims.claim("healed", *claim, 3) is Claim.OWNED
+
+
+def _hold_every_token(subscriber: Any, topology: Any) -> list[str]:
+    """Pull every token behind the adapters' backs (as other processes holding them would)."""
+    tokens = raw_pull(subscriber, topology.claims)
+    assert len(tokens) == SHARDS
+    return [t.ack_id for t in tokens]
+
+
+def _give_back(subscriber: Any, topology: Any, ack_ids: list[str]) -> None:
+    subscriber.modify_ack_deadline(
+        subscription=topology.claims, ack_ids=ack_ids, ack_deadline_seconds=0
+    )
+
+
+def test_a_process_that_never_saw_a_token_looks_again_before_draining_unclaimed(
+    make_backend: MakeBackend, raw: tuple[object, object]
+) -> None:
+    # At start-up, processes pulling every token to find their own can leave none free for a
+    # moment; a process concluding "no tokens" then drains a shard another will claim.
+    _, subscriber = raw
+    backend = make_backend()
+    topology = backend.topology("startup")
+    held = _hold_every_token(subscriber, topology)
+    threading.Timer(0.5, _give_back, (subscriber, topology, held)).start()
+    claim = (topology.claims, topology.claims_topic)
+    assert backend._claims.claim("startup", *claim, 3) is Claim.OWNED
+
+
+def test_a_hand_drained_without_tokens_is_served_not_given_back(
+    make_backend: MakeBackend, raw: tuple[object, object]
+) -> None:
+    # More processes than shards: every token is held, so this process drains a shard
+    # unclaimed. When the shard's token turns up with another process, the tasks in this
+    # process's hand are still served here: giving them back would cost each a delivery.
+    _, subscriber = raw
+    extra, claimant = make_backend(), make_backend()
+    topology = extra.topology("crowded")
+    claimant.topology("crowded")
+    tags = [f"t-{i}" for i in range(100_000) if shard_of(f"t-{i}") == 5][:3]
+    queue = Queue("crowded", extra)
+    for tag in tags:
+        queue.add([Task(b"x", name=f"{tag}-{i}", tag=tag) for i in range(4)])
+        time.sleep(0.01)  # publish times in this order
+    held = _hold_every_token(subscriber, topology)
+    first = queue.lease(60, 100, group_by_tag=True)
+    assert [t.tag for t in first] == [tags[0]] * 4
+    _give_back(subscriber, topology, held)
+    claim = (topology.claims, topology.claims_topic)
+    assert claimant._claims.claim("crowded", *claim, 5) is Claim.OWNED
+    second = queue.lease(60, 100, group_by_tag=True)
+    assert [t.tag for t in second] == [tags[1]] * 4
+    assert extra._book._skipped == {}  # nothing was given back to be delivered again

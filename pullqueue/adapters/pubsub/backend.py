@@ -116,6 +116,8 @@ class PubSubBackend:
         self._topology_lock = threading.Lock()
         self._rotation = 0
         self._empty: dict[str, dict[str, float]] = {}
+        self._unclaimed: dict[str, set[str]] = {}
+        """Queue -> shard subscriptions this process drained finding no token at all."""
         self._claims = ShardClaims(self.rpc, SHARDS)
         self._closed = False
 
@@ -344,7 +346,7 @@ class PubSubBackend:
                 drained.add(oldest.subscription)
                 if self._may_drain(queue, topology, oldest.subscription):
                     hand += self._drain(queue, topology, oldest.subscription, len(hand), end)
-                else:
+                elif oldest.subscription not in self._unclaimed.get(queue, ()):
                     taken.add(oldest.subscription)
             if taken:
                 hand = self._give_to_claimants(queue, topology, hand, taken)
@@ -408,14 +410,20 @@ class PubSubBackend:
             return True
         shard = topology.shards.index(source)
         outcome = self._claims.claim(queue, topology.claims, topology.claims_topic, shard)
+        if outcome is Claim.NO_TOKENS:
+            self._unclaimed.setdefault(queue, set()).add(source)
         return outcome is not Claim.TAKEN
 
     def _release_claims(self, queue: str, topology: QueueTopology) -> None:
-        """Give back the tokens of shards this process holds no task of any more."""
+        """Give back the tokens of shards this process holds no task of any more (and forget
+        the shards it drained unclaimed once it holds none of their tasks)."""
+        in_hand = self._book.held_sources(queue)
+        unclaimed = self._unclaimed.get(queue)
+        if unclaimed:
+            unclaimed &= in_hand
         holding = self._claims.holding(queue)
         if not holding:
             return
-        in_hand = self._book.held_sources(queue)
         done = {k for k in holding if topology.shards[k] not in in_hand}
         renew_before = time.time() - topology.retention / 2
         try:
@@ -660,7 +668,9 @@ class PubSubBackend:
             except Error as exc:
                 log.warning("queue %r: could not renew shard tokens (%s)", queue, exc)
                 claimed = set()
-            shards = {topology.shards[k] for k in claimed}
+            # Shards drained finding no token at all are served the same way: no other process
+            # could lease what this one holds, and giving it back costs a delivery.
+            shards = {topology.shards[k] for k in claimed} | self._unclaimed.get(queue, set())
             for delivery in deliveries:
                 if (
                     delivery.subscription in shards

@@ -33,8 +33,12 @@ CLAIM_WAIT = 0.25
 """Seconds a pull of the claims subscription waits for tokens."""
 CLAIM_PULLS = 4
 """Pulls of the claims subscription one claim makes at most, looking for its token."""
-RETRY_PAUSE = 0.05
+RETRY_PAUSE = 0.1
 """Seconds before looking again when no token came and none was ever seen."""
+UNSEEN_PATIENCE = 1.0
+"""Seconds a process that never saw a token looks for one before it concludes there is none
+(once per queue): at start-up others may hold every free token for a moment (a claim pulls them
+all), and a process concluding wrongly drains a shard another is about to claim."""
 
 
 class Claim(Enum):
@@ -64,6 +68,8 @@ class ShardClaims:
         self._lock = threading.Lock()
         self._held: dict[str, dict[int, _Token]] = {}
         self._seen: dict[str, dict[int, float]] = {}
+        self._unseen: set[str] = set()
+        """Queues whose claims subscription this process looked at long and found no token in."""
         self._started = time.monotonic()
 
     def claim(self, queue: str, subscription: str, topic: str, shard: int) -> Claim:
@@ -82,10 +88,14 @@ class ShardClaims:
                 self._held.get(queue, {}).pop(shard, None)
         seen = self._seen.setdefault(queue, {})
         received = self._pull(queue, subscription)
-        if not received and not seen:
-            # Another process may have all free tokens in hand for a moment: look once more.
-            time.sleep(RETRY_PAUSE)
-            received = self._pull(queue, subscription)
+        if not received and not seen and queue not in self._unseen:
+            # Other processes may have all free tokens in hand for a moment: look again.
+            give_up = now + UNSEEN_PATIENCE
+            while not received and time.monotonic() < give_up:
+                time.sleep(RETRY_PAUSE)
+                received = self._pull(queue, subscription)
+            if not received:
+                self._unseen.add(queue)
         give_back: list[str] = []
         won = False
         batch = received
