@@ -208,3 +208,22 @@ def test_a_hand_drained_without_tokens_is_served_not_given_back(
     second = queue.lease(60, 100, group_by_tag=True)
     assert [t.tag for t in second] == [tags[1]] * 4
     assert extra._book._skipped == {}  # nothing was given back to be delivered again
+
+
+def test_a_duplicate_token_is_removed_by_the_process_holding_its_shard(
+    make_backend: MakeBackend, raw: tuple[object, object]
+) -> None:
+    # A process that missed shard 5's token for long enough published another; the holder of
+    # shard 5 acknowledges the second one when it comes across it, so one process drains it.
+    _, subscriber = raw
+    backend = make_backend()
+    topology = backend.topology("deduped")
+    claim = (topology.claims, topology.claims_topic)
+    backend._claims.publish("deduped", topology.claims_topic, [5])
+    assert backend._claims.claim("deduped", *claim, 5) is Claim.OWNED
+    for shard in range(SHARDS):  # pulls every free token on the way, the duplicate included
+        assert backend._claims.claim("deduped", *claim, shard) is Claim.OWNED
+    assert raw_pull(subscriber, topology.claims) == []  # type: ignore[arg-type]
+    backend._claims.release("deduped", *claim, set(range(SHARDS)), renew_before=0.0)
+    tokens = raw_pull(subscriber, topology.claims)  # type: ignore[arg-type]
+    assert sorted(int(t.message.attributes[ATTR_SHARD]) for t in tokens) == list(range(SHARDS))

@@ -57,6 +57,7 @@ class _Token:
     ack_id: str
     held_until: float
     published: float
+    message_id: str
 
 
 class ShardClaims:
@@ -97,6 +98,7 @@ class ShardClaims:
             if not received:
                 self._unseen.add(queue)
         give_back: list[str] = []
+        duplicates: list[str] = []
         won = False
         batch = received
         for _ in range(CLAIM_PULLS):
@@ -108,10 +110,24 @@ class ShardClaims:
                     number = _shard_number(attributes.get(ATTR_SHARD, ""), self.shards)
                     if number is not None:
                         seen[number] = pulled_at
-                    if number == shard and shard not in held:
+                    mine = held.get(number) if number is not None else None
+                    if mine is not None and mine.message_id == item.message.message_id:
+                        # This process's token, delivered again (its deadline ran out while
+                        # held): it holds it under the new ack id.
+                        mine.ack_id, mine.held_until = item.ack_id, pulled_at + CLAIM_DEADLINE
+                    elif mine is not None:
+                        # A second token of a shard this process holds (published by a process
+                        # that missed it): removed, so one process drains the shard again.
+                        duplicates.append(item.ack_id)
+                    elif number == shard:
                         stamp = item.message.publish_time
                         published = stamp.seconds + stamp.nanos / 1e9
-                        held[shard] = _Token(item.ack_id, pulled_at + CLAIM_DEADLINE, published)
+                        held[shard] = _Token(
+                            item.ack_id,
+                            pulled_at + CLAIM_DEADLINE,
+                            published,
+                            item.message.message_id,
+                        )
                         won = True
                     else:
                         give_back.append(item.ack_id)
@@ -123,6 +139,9 @@ class ShardClaims:
         pulled_at = time.monotonic()
         if give_back:
             self.rpc.modify(subscription, give_back, 0, queue=queue)
+        if duplicates:
+            log.info("queue %r: removing %d duplicate shard token(s)", queue, len(duplicates))
+            self.rpc.ack(subscription, duplicates, queue=queue)
         if won:
             return Claim.OWNED
         missing = [shard] if received else list(range(self.shards))
