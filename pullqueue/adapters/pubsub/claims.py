@@ -76,17 +76,8 @@ class ShardClaims:
     def claim(self, queue: str, subscription: str, topic: str, shard: int) -> Claim:
         """Hold the shard's token: renewed when already held, else won from the subscription."""
         now = time.monotonic()
-        with self._lock:
-            token = self._held.get(queue, {}).get(shard)
-        if token is not None:
-            if token.held_until - now > RENEW_MARGIN:
-                return Claim.OWNED
-            stale = self.rpc.modify(subscription, [token.ack_id], CLAIM_DEADLINE, queue=queue)
-            if not stale:
-                token.held_until = now + CLAIM_DEADLINE
-                return Claim.OWNED
-            with self._lock:
-                self._held.get(queue, {}).pop(shard, None)
+        if self.keep(queue, subscription, {shard}):
+            return Claim.OWNED
         seen = self._seen.setdefault(queue, {})
         received = self._pull(queue, subscription)
         if not received and not seen and queue not in self._unseen:
