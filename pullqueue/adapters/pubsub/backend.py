@@ -27,6 +27,7 @@ from pullqueue.adapters.pubsub.republish import Republisher
 from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PARALLEL_PULLS, PubSubRpc
 from pullqueue.adapters.pubsub.wire import (
     Delivery,
+    by_subscription,
     decode,
     encode,
     new_task_name,
@@ -417,13 +418,13 @@ class PubSubBackend:
     def _release_claims(self, queue: str, topology: QueueTopology) -> None:
         """Give back the tokens of shards this process holds no task of any more (and forget
         the shards it drained unclaimed once it holds none of their tasks)."""
-        in_hand = self._book.held_sources(queue)
         unclaimed = self._unclaimed.get(queue)
+        holding = self._claims.holding(queue)
+        if not unclaimed and not holding:
+            return
+        in_hand = self._book.held_sources(queue)
         if unclaimed:
             unclaimed &= in_hand
-        holding = self._claims.holding(queue)
-        if not holding:
-            return
         done = {k for k in holding if topology.shards[k] not in in_hand}
         renew_before = time.time() - topology.retention / 2
         try:
@@ -682,11 +683,8 @@ class PubSubBackend:
                     back.append(delivery)
         else:
             back = deliveries
-        by_source: dict[str, list[Delivery]] = defaultdict(list)
-        for delivery in keep:
-            by_source[delivery.subscription].append(delivery)
         kept: list[Delivery] = []
-        for source, items in by_source.items():
+        for source, items in by_subscription(keep).items():
             seconds = topology.ack_deadlines.get(source, topology.ack_deadline)
             at = time.time()
             try:
@@ -725,9 +723,7 @@ class PubSubBackend:
             (renew if self._near_limits(topology, delivery, now) else back).append(delivery)
         if renew:
             back += self._republisher.renew(queue, topology, renew)
-        by_source: dict[str, list[Delivery]] = defaultdict(list)
-        for delivery in back:
-            by_source[delivery.subscription].append(delivery)
+        by_source = by_subscription(back)
         self._unmark(queue, list(by_source))
         for source, items in by_source.items():
             self.rpc.modify(source, [d.ack_id for d in items], 0, queue=queue)
@@ -832,11 +828,8 @@ class PubSubBackend:
             return picked
         dropped = [d for d in picked if d.message_id in gone]
         self._book.drop(gone)
-        by_source: dict[str, list[str]] = defaultdict(list)
-        for delivery in dropped:
-            by_source[delivery.subscription].append(delivery.ack_id)
-        for source, ack_ids in by_source.items():
-            self.rpc.ack(source, ack_ids, queue=queue)
+        for source, items in by_subscription(dropped).items():
+            self.rpc.ack(source, [d.ack_id for d in items], queue=queue)
         log.info(
             "queue %r: dropped %d delivered tasks deleted by name (first %r)",
             queue,
@@ -851,11 +844,8 @@ class PubSubBackend:
 
     def _expire(self, queue: str, deliveries: list[Delivery]) -> None:
         """Delete tasks whose retry limit is used up instead of leasing them (legacy rule)."""
-        by_source: dict[str, list[str]] = defaultdict(list)
-        for delivery in deliveries:
-            by_source[delivery.subscription].append(delivery.ack_id)
-        for source, ack_ids in by_source.items():
-            self.rpc.ack(source, ack_ids, queue=queue)
+        for source, items in by_subscription(deliveries).items():
+            self.rpc.ack(source, [d.ack_id for d in items], queue=queue)
         if self.names is not None:
             self.names.tombstone(queue, [d.name for d in deliveries])
 

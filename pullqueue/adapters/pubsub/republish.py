@@ -23,6 +23,7 @@ from pullqueue.adapters.pubsub.wire import (
     SOURCE_SUBSCRIPTION,
     Delivery,
     PubsubMessagePb,
+    by_subscription,
     format_eta,
 )
 from pullqueue.errors import NotProvisionedError, PermissionDeniedError
@@ -104,9 +105,7 @@ class Republisher:
         try:
             self.rpc.publish(topic, messages, queue=queue)
         except DENIED as exc:
-            by_source: dict[str, list[str]] = defaultdict(list)
             for delivery in deliveries:
-                by_source[delivery.subscription].append(delivery.ack_id)
                 log_event(
                     log,
                     logging.WARNING,
@@ -119,8 +118,8 @@ class Republisher:
                     next=f"not served; hidden {MAX_ACK_DEADLINE} s at a time until Pub/Sub"
                     f" dead-letters it after {topology.max_attempts} deliveries; {GRANT_HINT}",
                 )
-            for source, ack_ids in by_source.items():
-                self.rpc.modify(source, ack_ids, MAX_ACK_DEADLINE, queue=queue)
+            for source, items in by_subscription(deliveries).items():
+                self.rpc.modify(source, [d.ack_id for d in items], MAX_ACK_DEADLINE, queue=queue)
             self._book.skipped(list(deliveries))
             return
         for delivery in deliveries:
@@ -173,11 +172,8 @@ class Republisher:
         return True
 
     def _ack_originals(self, queue: str, deliveries: Sequence[Delivery], done: str) -> None:
-        by_source: dict[str, list[str]] = defaultdict(list)
-        for delivery in deliveries:
-            by_source[delivery.subscription].append(delivery.ack_id)
-        for source, ack_ids in by_source.items():
-            stale = self.rpc.ack(source, ack_ids, queue=queue)
+        for source, items in by_subscription(deliveries).items():
+            stale = self.rpc.ack(source, [d.ack_id for d in items], queue=queue)
             if stale:
                 log_event(
                     log,

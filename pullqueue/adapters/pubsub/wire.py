@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from google.pubsub_v1.types import pubsub as pubsub_types
@@ -142,6 +142,14 @@ class Delivery:
     def order(self) -> float:
         """The sort key of 'oldest first': the ETA when set, else the publish time."""
         return self.eta if self.eta is not None else self.published
+
+
+def by_subscription(deliveries: Iterable[Delivery]) -> dict[str, list[Delivery]]:
+    """Deliveries grouped by the subscription they came from (an ack id is good only there)."""
+    groups: dict[str, list[Delivery]] = {}
+    for delivery in deliveries:
+        groups.setdefault(delivery.subscription, []).append(delivery)
+    return groups
 
 
 def shown(value: str, limit: int = 60) -> str:
