@@ -89,3 +89,27 @@ class ListingBackend(Backend, Protocol):
     def list_tasks(self, queue: str) -> Iterator[Task]:
         """Every task in the queue, leased or not, in ETA order where the service allows."""
         ...
+
+
+@runtime_checkable
+class QueueListingBackend(Backend, Protocol):
+    """A backend that can name its pull queues (for the console's queues page)."""
+
+    def list_queues(self) -> list[str]:
+        """The names of the pull queues this backend holds or has provisioned, sorted."""
+        ...
+
+
+@runtime_checkable
+class PagingBackend(ListingBackend, Protocol):
+    """A listing backend that pages through a queue in (ETA, name) order without copying it."""
+
+    def task_page(
+        self, queue: str, *, tag: str | None, after: tuple[float, str] | None, limit: int
+    ) -> list[Task]:
+        """Up to `limit` tasks (of `tag`) ordered by (ETA, name), starting past `after`."""
+        ...
+
+    def tag_counts(self, queue: str) -> dict[str | None, int]:
+        """How many tasks each tag has in the queue (None: untagged), leased ones included."""
+        ...

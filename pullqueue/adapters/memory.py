@@ -139,6 +139,8 @@ class _QueueState:
 
     __slots__ = (
         "by_tag",
+        "completed",
+        "completed_total",
         "executed",
         "executed_total",
         "items",
@@ -161,6 +163,8 @@ class _QueueState:
         self.items = 0
         self.executed: deque[tuple[int, int]] = deque()
         self.executed_total = 0
+        self.completed: deque[tuple[int, int]] = deque()
+        self.completed_total = 0
 
     def wait(self, entry: _Entry) -> None:
         """Index a task that is not under lease (just added, released or its lease ended)."""
@@ -292,6 +296,20 @@ class _QueueState:
             self.executed.append((now, leased))
             self.executed_total += leased
             self.executed_last_minute(now)
+
+    def count_completed(self, now: int, deleted: int) -> None:
+        """Record `deleted` leased tasks deleted (completed by their holder) at `now`."""
+        if deleted:
+            self.completed.append((now, deleted))
+            self.completed_total += deleted
+            self.completed_last_minute(now)
+
+    def completed_last_minute(self, now: int) -> int:
+        """Leased tasks deleted in the 60 seconds up to now."""
+        completed = self.completed
+        while completed and completed[0][0] <= now - _MINUTE_USEC:
+            self.completed_total -= completed.popleft()[1]
+        return self.completed_total
 
     def executed_last_minute(self, now: int) -> int:
         """Tasks leased in the 60 seconds up to now."""
@@ -513,6 +531,7 @@ class MemoryBackend:
                     ended += entry.leased
                     results.append(True)
             state.leased -= ended
+            state.count_completed(_usec(self._clock()), ended)
             state.maybe_compact()
             return results
 
@@ -555,6 +574,50 @@ class MemoryBackend:
                 for e in sorted(state.tasks.values(), key=lambda e: (e.eta, e.name))
             ]
         yield from snapshot
+
+    def list_queues(self) -> list[str]:
+        """Every queue this backend has seen used, sorted by name."""
+        with self._lock:
+            return sorted(self._queues)
+
+    def task_page(
+        self, queue: str, *, tag: str | None, after: tuple[float, str] | None, limit: int
+    ) -> list[Task]:
+        """Up to `limit` tasks (of `tag`) in (ETA, name) order past `after`: one pass over the
+        queue keeping the `limit` smallest, so a page costs O(n log limit), not a sort."""
+        with self._lock:
+            state = self._queue(queue)
+            entries: Iterator[_Entry] = iter(state.tasks.values())
+            if tag is not None:
+                entries = (e for e in entries if e.tag == tag)
+            if after is not None:
+                cursor = (round(after[0] * 1e6), after[1])
+                entries = (e for e in entries if (e.eta, e.name) > cursor)
+            page = heapq.nsmallest(limit, entries, key=lambda e: (e.eta, e.name))
+            return [
+                Task.restore(
+                    payload=e.payload,
+                    name=e.name,
+                    tag=e.tag,
+                    eta_posix=e.eta / USEC,
+                    retry_count=e.retry_count,
+                    queue_name=queue,
+                )
+                for e in page
+            ]
+
+    def tag_counts(self, queue: str) -> dict[str | None, int]:
+        """Tasks per tag (None: untagged), leased ones included."""
+        with self._lock:
+            counts: dict[str | None, int] = {}
+            for entry in self._queue(queue).tasks.values():
+                counts[entry.tag] = counts.get(entry.tag, 0) + 1
+            return counts
+
+    def completed_last_minute(self, queue: str) -> int:
+        """Leased tasks deleted (completed by their holder) in the last 60 seconds."""
+        with self._lock:
+            return self._queue(queue).completed_last_minute(_usec(self._clock()))
 
     def close(self) -> None:
         """Nothing to release: the queues live as long as the object."""

@@ -28,11 +28,8 @@ from pullqueue.cli.base import (
     json_option,
     url_option,
 )
-from pullqueue.cli.tasks import iso, open_backend, preview, safe
-
-NO_DEAD_LETTERS = (
-    "{url} keeps no dead letters: a task over its retry_limit is deleted, as on the legacy queue"
-)
+from pullqueue.cli.tasks import open_backend
+from pullqueue.inspection import NO_DEAD_LETTERS, dead_letter_rows, safe
 
 
 @contextmanager
@@ -50,29 +47,7 @@ def _sigterm_interrupts() -> Iterator[None]:
 
 
 def _listing(backend: Backend, queue: str, tag: str | None, limit: int) -> list[dict[str, Any]]:
-    from pullqueue.adapters.pubsub import PubSubBackend
-    from pullqueue.adapters.pubsub.deadletters import list_dead_letters
-
-    assert isinstance(backend, PubSubBackend)
-    rows = []
-    for dead in list_dead_letters(backend, queue, tag=tag, limit=limit):
-        d = dead.delivery
-        rows.append(
-            {
-                "name": d.name,
-                "tag": d.tag,
-                "eta": iso(d.eta),
-                "attempts": dead.attempts,
-                "last_error": dead.last_error,
-                "source_subscription": dead.source_subscription,
-                "first_published": iso(dead.first_published),
-                "dead_lettered_at": iso(dead.dead_lettered_at),
-                "payload_bytes": len(d.payload),
-                "payload_preview": preview(d.payload),
-                "message_id": d.message_id,
-            }
-        )
-    return rows
+    return dead_letter_rows(backend, queue, tag, limit)
 
 
 def _print_listing(queue: str, url: str, rows: list[dict[str, Any]]) -> None:

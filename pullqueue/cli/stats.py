@@ -10,13 +10,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from typing import Any
 
 import click
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from pullqueue import inspection
 from pullqueue.adapters.base import Backend
 from pullqueue.cli.base import (
     EXIT_STATUS_HELP,
@@ -26,8 +26,8 @@ from pullqueue.cli.base import (
     json_option,
     url_option,
 )
-from pullqueue.config import Settings
-from pullqueue.monitoring import Backlog, BacklogReader, layout_subscriptions
+from pullqueue.inspection import stats_json
+from pullqueue.monitoring import Backlog, BacklogReader
 from pullqueue.queue import Queue
 from pullqueue.task import QueueStats
 
@@ -60,27 +60,6 @@ def stats_rows(stats: QueueStats, now: float) -> list[tuple[str, str]]:
     ]
 
 
-def stats_json(backend: Backend, stats: QueueStats, backlog: Backlog | None) -> dict[str, Any]:
-    """The stable `stats --json` object (docs/operations.md lists every field)."""
-    whole = stats.whole_queue
-    tasks = stats.tasks if whole else None
-    if backlog is not None and backlog.undelivered is not None:
-        tasks = backlog.undelivered
-    out: dict[str, Any] = {
-        "backend": backend.url,
-        "queue": stats.queue,
-        "tasks": tasks,
-        "leased": stats.leased if whole else None,
-        "oldest_eta": stats.oldest_eta if whole else None,
-        "executed_last_minute": stats.executed_last_minute if whole else None,
-        "approximate": stats.approximate or backlog is not None,
-        "whole_queue": whole,
-    }
-    if backlog is not None:
-        out["monitoring"] = backlog.as_dict()
-    return out
-
-
 def backlog_reader(project: str) -> BacklogReader:
     """The Monitoring reader for a project (tests replace this to reach a stand-in)."""
     return BacklogReader(project)
@@ -88,19 +67,7 @@ def backlog_reader(project: str) -> BacklogReader:
 
 def read_backlog(backend: Backend, queue: str) -> Backlog | None:
     """The queue's backlog from Cloud Monitoring on Pub/Sub; None on other backends."""
-    if not backend.url.startswith("pubsub://"):
-        return None
-    from pullqueue.adapters.pubsub.layout import QueueLayout
-
-    settings = getattr(backend, "settings", None) or Settings()
-    project = backend.url.removeprefix("pubsub://")
-    layout = QueueLayout(
-        project=project,
-        queue=queue,
-        prefix=settings.pubsub_prefix,
-        declared_tags=tuple(settings.pubsub_declared_tags.get(queue, ())),
-    )
-    return backlog_reader(project).read(queue, layout_subscriptions(layout))
+    return inspection.read_backlog(backend, queue, backlog_reader)
 
 
 def _age(seconds: float | None) -> str:

@@ -7,8 +7,6 @@ given back at once, which counts as a delivery attempt: docs/operations.md says 
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -27,28 +25,19 @@ from pullqueue.cli.base import (
     url_option,
 )
 from pullqueue.errors import Error
+from pullqueue.inspection import (
+    PREVIEW_BYTES,
+    PUBSUB_NOTE,
+    TaskRow,
+    iso,
+    listed_rows,
+    preview,
+    pubsub_rows,
+    safe,
+)
 from pullqueue.queue import validate_queue_name
 
-PREVIEW_BYTES = 64
-PUBSUB_NOTE = (
-    "Pub/Sub has no listing: these are the tasks one look could pull (each pulled and given back"
-    " at once, which counts as a delivery attempt); tasks leased by a worker or waiting for a"
-    " future ETA are hidden from a pull and not shown"
-)
-
-
-@dataclass(frozen=True)
-class TaskRow:
-    """One task as `tasks` shows it."""
-
-    name: str | None
-    tag: str | None
-    eta: float | None
-    state: str | None
-    age: float | None
-    retry_count: int | None
-    payload: bytes
-    subscription: str | None = None
+__all__ = ["PREVIEW_BYTES", "TaskRow", "iso", "open_backend", "preview", "safe", "tasks"]
 
 
 def open_backend(queue_name: str, url: str | None) -> Backend:
@@ -58,70 +47,6 @@ def open_backend(queue_name: str, url: str | None) -> Backend:
     except Error as exc:
         raise click.BadParameter(str(exc), param_hint="QUEUE") from exc
     return connect_backend(url, shared=True, memory_warning=True)
-
-
-def iso(posix: float | None) -> str | None:
-    if posix is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(posix))
-
-
-def preview(payload: bytes, size: int = PREVIEW_BYTES) -> str:
-    """The payload's first bytes as text safe for a terminal: control characters escaped."""
-    text = payload[:size].decode("utf-8", errors="backslashreplace")
-    safe = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-    return safe + ("..." if len(payload) > size else "")
-
-
-def safe(text: str | None) -> str | None:
-    """A name or tag from a foreign publisher, with control characters escaped."""
-    if text is None:
-        return None
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-
-
-def listed_rows(backend: ListingBackend, queue: str, tag: str | None, limit: int) -> list[TaskRow]:
-    """Every task of the queue (of `tag`), oldest ETA first, at most `limit`."""
-    now = backend.now()
-    rows: list[TaskRow] = []
-    for task in backend.list_tasks(queue):
-        if tag is not None and task.tag != tag:
-            continue
-        eta = task.eta_posix
-        if eta is None or eta <= now:
-            state = "available"
-        elif task.retry_count:
-            state = "leased"
-        else:
-            state = "scheduled"
-        rows.append(TaskRow(task.name, task.tag, eta, state, None, task.retry_count, task.payload))
-    rows.sort(key=lambda r: (r.eta if r.eta is not None else now, r.name or ""))
-    return rows[:limit]
-
-
-def pubsub_rows(backend: Backend, queue: str, tag: str | None, limit: int) -> list[TaskRow]:
-    from pullqueue.adapters.pubsub import PubSubBackend
-    from pullqueue.adapters.pubsub.peek import look
-
-    assert isinstance(backend, PubSubBackend)
-    now = time.time()
-    rows = []
-    for seen in look(backend, queue, tag=tag, limit=limit):
-        d = seen.delivery
-        state = "scheduled" if d.eta is not None and d.eta > now else "available"
-        rows.append(
-            TaskRow(
-                d.name,
-                d.tag,
-                d.order,
-                state,
-                max(now - d.published, 0.0),
-                seen.retry_count,
-                d.payload,
-                seen.subscription_id,
-            )
-        )
-    return rows
 
 
 def row_json(row: TaskRow, with_payload: bool) -> dict[str, Any]:

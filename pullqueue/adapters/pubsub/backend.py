@@ -1130,6 +1130,12 @@ class PubSubBackend:
             whole_queue=False,
         )
 
+    def list_queues(self) -> list[str]:
+        """The queues provisioned in the project (see pubsub/inventory.py)."""
+        from pullqueue.adapters.pubsub.inventory import provisioned_queues
+
+        return provisioned_queues(self)
+
     def queue_identity(self, queue: str) -> str:
         """The queue's topic (prefix included): what every spelling of the URL reaches."""
         return f"pubsub://projects/{self.project}/topics/{self.settings.pubsub_prefix}{queue}"

@@ -1,0 +1,166 @@
+"""`pullqueue console`: the web console for a backend's pull queues, served until Ctrl-C.
+
+The command checks the listen address and the token, binds the port itself (so a port in use is
+one line, not a server's traceback) and hands the socket to uvicorn.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pullqueue.cli.base import (
+    EXIT_STATUS_HELP,
+    EXIT_USAGE,
+    Command,
+    connect_backend,
+    fail,
+    url_option,
+)
+
+DEFAULT_LISTEN = "127.0.0.1:8080"
+INSTALL_HINT = "the console needs its extra: pip install 'pullqueue[console]'"
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """HOST:PORT (IPv6 hosts in brackets) to (host, port), or a usage error naming --listen."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(
+            f"{text!r} is not HOST:PORT (for example 127.0.0.1:8080)", param_hint="'--listen'"
+        )
+    return host, int(port)
+
+
+def read_token(token_file: Path | None) -> str | None:
+    """The token from --token-file, else env PULLQUEUE_CONSOLE_TOKEN; refuses a short one."""
+    from pullqueue.console.security import TOKEN_ENV
+
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot read {str(token_file)!r}: {exc.strerror}", param_hint="'--token-file'"
+            ) from exc
+        where = "'--token-file'"
+    else:
+        token = os.environ.get(TOKEN_ENV, "").strip()
+        where = TOKEN_ENV
+    if not token:
+        return None
+    if len(token) < 16:
+        raise click.BadParameter(
+            "the token must be at least 16 characters (make one with `openssl rand -hex 24`)",
+            param_hint=where,
+        )
+    return token
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or one line saying why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --listen")
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(app: Any, sock: socket.socket) -> None:
+    """Run uvicorn on the bound socket until Ctrl-C or SIGTERM (access log off: no task data)."""
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+@click.command(
+    "console",
+    cls=Command,
+    epilog="""\b
+Examples:
+  pullqueue console --url pubsub://my-project
+  pullqueue console --url pubsub://my-project --read-only
+  pullqueue console --url pubsub://my-project --listen 0.0.0.0:8080 --token-file token.txt
+
+\b
+On a non-loopback address the console needs a token (--token-file, or env
+PULLQUEUE_CONSOLE_TOKEN); open it once as http://HOST:PORT/?token=TOKEN.
+
+"""
+    + EXIT_STATUS_HELP
+    + "\nHere 130 is also how the console ends (Ctrl-C).",
+)
+@url_option()
+@click.option(
+    "--listen",
+    default=DEFAULT_LISTEN,
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Address to serve on; anything but loopback needs a token.",
+)
+@click.option(
+    "--read-only", is_flag=True, help="Show everything, change nothing: no delete or purge."
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="File holding the token each request must carry [default: PULLQUEUE_CONSOLE_TOKEN].",
+)
+def console(url: str | None, listen: str, read_only: bool, token_file: Path | None) -> None:
+    """Serve a web console of the backend's pull queues: every queue with its backlog, oldest
+    task, dead letters, leases and completions per minute and an hour's backlog plot; a page per
+    queue with its tasks by tag, its dead letters, and delete, purge and redrive behind a typed
+    confirmation.
+
+    Figures are the ones `pullqueue stats` prints and refresh every few seconds. On Pub/Sub a look
+    at the tasks costs each shown task a delivery attempt, so the task list refreshes only when
+    asked.
+    """
+    host, port = parse_listen(listen)
+    token = read_token(token_file)
+    try:
+        from pullqueue.console import create_app
+        from pullqueue.console.app import loopback_hosts
+        from pullqueue.console.security import is_loopback
+    except ImportError as exc:
+        fail(f"{INSTALL_HINT} ({exc})", EXIT_USAGE)
+    loopback = is_loopback(host)
+    if not loopback and token is None:
+        raise click.UsageError(
+            f"--listen {listen} is reachable from other machines: give a token with --token-file"
+            " FILE or env PULLQUEUE_CONSOLE_TOKEN (or listen on 127.0.0.1)"
+        )
+    sock = bind(host, port)
+    backend = connect_backend(url, memory_warning=True)
+    try:
+        app = create_app(
+            backend,
+            read_only=read_only,
+            token=token,
+            allowed_hosts=loopback_hosts() if loopback else None,
+        )
+        shown = f"[{host}]" if ":" in host else host
+        address = f"http://{shown}:{sock.getsockname()[1]}/"
+        click.echo(
+            f"pullqueue console for {backend.url} at {address}"
+            + (" (read-only)" if read_only else "")
+            + (" - open it once as " + address + "?token=TOKEN" if token else "")
+            + "; Ctrl-C to stop",
+            err=True,
+        )
+        serve(app, sock)
+    finally:
+        sock.close()
+        backend.close()
