@@ -1,15 +1,13 @@
 """`pullqueue console`: the web console for a backend's pull queues, served until Ctrl-C.
 
 The command checks the listen address and the token, binds the port itself (so a port in use is
-one line, not a server's traceback) and hands the socket to uvicorn.
+one line, not a server's traceback) and serves with `pullqueue.console.server`.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -62,29 +60,6 @@ def read_token(token_file: Path | None) -> str | None:
     return token
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on host:port, or one line saying why not."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --listen")
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
-
-
-def serve(app: Any, sock: socket.socket) -> None:
-    """Run uvicorn on the bound socket until Ctrl-C or SIGTERM (access log off: no task data)."""
-    import uvicorn
-
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
-
-
 @click.command(
     "console",
     cls=Command,
@@ -134,6 +109,7 @@ def console(url: str | None, listen: str, read_only: bool, token_file: Path | No
         from pullqueue.console import create_app
         from pullqueue.console.app import loopback_hosts
         from pullqueue.console.security import is_loopback
+        from pullqueue.console.server import address, bind, serve
     except ImportError as exc:
         fail(f"{INSTALL_HINT} ({exc})", EXIT_USAGE)
     loopback = is_loopback(host)
@@ -142,7 +118,10 @@ def console(url: str | None, listen: str, read_only: bool, token_file: Path | No
             f"--listen {listen} is reachable from other machines: give a token with --token-file"
             " FILE or env PULLQUEUE_CONSOLE_TOKEN (or listen on 127.0.0.1)"
         )
-    sock = bind(host, port)
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --listen")
     backend = connect_backend(url, memory_warning=True)
     try:
         app = create_app(
@@ -151,12 +130,11 @@ def console(url: str | None, listen: str, read_only: bool, token_file: Path | No
             token=token,
             allowed_hosts=loopback_hosts() if loopback else None,
         )
-        shown = f"[{host}]" if ":" in host else host
-        address = f"http://{shown}:{sock.getsockname()[1]}/"
+        url_shown = address(sock)
         click.echo(
-            f"pullqueue console for {backend.url} at {address}"
+            f"pullqueue console for {backend.url} at {url_shown}"
             + (" (read-only)" if read_only else "")
-            + (" - open it once as " + address + "?token=TOKEN" if token else "")
+            + (f" - open it once as {url_shown}?token=TOKEN" if token else "")
             + "; Ctrl-C to stop",
             err=True,
         )
