@@ -15,7 +15,7 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -225,8 +225,14 @@ def run_demo(
     *,
     console: Console | None = None,
     show_progress: bool = True,
+    web_console: tuple[str, int] | None = None,
+    linger: Callable[[DemoResult, str | None], None] | None = None,
 ) -> DemoResult:
-    """Produce, migrate, process and reconcile; see the module docstring."""
+    """Produce, migrate, process and reconcile; see the module docstring.
+
+    With `web_console` (host, port) the web console serves the destination while the demo runs,
+    and `linger(result, console_url)` runs before the destination closes (the CLI waits there
+    for Ctrl-C, so the console keeps showing the queue and its backlog plot)."""
     opts = options or DemoOptions()
     console = console or Console(stderr=True)
     started = time.monotonic()
@@ -237,7 +243,10 @@ def run_demo(
     source = MemoryBackend()
     dest_url, connect_options = destination(url)
     dest = Tally(connect(dest_url, **connect_options))
+    web = None
     try:
+        if web_console is not None:
+            web = _serve_console(dest.inner, web_console, console)
         dest_queue = Queue(opts.queue, dest)
         cleared = refuse_if_in_use(dest_queue)
         legacy = taskqueue.Queue(opts.queue, backend=source)
@@ -319,7 +328,7 @@ def run_demo(
         extra = set(counter.counts) - set(tags)
         if extra:
             problems.append(f"the workers counted tags nobody produced: {sorted(extra)}")
-        return DemoResult(
+        result = DemoResult(
             source=f"{source.url} (through pullqueue.compat.taskqueue)",
             destination=dest.url,
             queue=opts.queue,
@@ -331,8 +340,25 @@ def run_demo(
             problems=problems,
             leftovers_cleared=cleared,
         )
+        if linger is not None:
+            linger(result, web.url if web is not None else None)
+        return result
     finally:
+        if web is not None:
+            web.stop()
         dest.close()
+
+
+def _serve_console(backend: Backend, listen: tuple[str, int], console: Console) -> Any:
+    """The web console over the demo's destination, read every second, in a thread."""
+    from pullqueue.console import create_app
+    from pullqueue.console.app import loopback_hosts
+    from pullqueue.console.server import BackgroundConsole, bind
+
+    app = create_app(backend, period=1.0, allowed_hosts=loopback_hosts())
+    web = BackgroundConsole(app, bind(*listen))
+    console.print(f"console: open {web.url} to watch the queue and the workers")
+    return web
 
 
 def refuse_if_in_use(queue: Queue) -> int:

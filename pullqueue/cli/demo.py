@@ -7,6 +7,7 @@ migrates, processes and reconciles.
 from __future__ import annotations
 
 import json
+import time
 
 import click
 from rich.console import Console
@@ -28,6 +29,7 @@ from pullqueue.cli.base import (
 from pullqueue.demo import (
     DEFAULT_QUEUE,
     DemoOptions,
+    DemoResult,
     QueueInUseError,
     destination,
     render,
@@ -44,6 +46,7 @@ Examples:
   pullqueue demo                                  # everything in memory
   PUBSUB_EMULATOR_HOST=localhost:8085 pullqueue demo   # destination: the Pub/Sub emulator
   pullqueue demo --url pubsub://my-project --queue demo-counter
+  pullqueue demo --console --tasks 100000        # watch it in the web console
 
 \b
 The destination queue must be empty: the demo refuses a queue that holds tasks and never
@@ -95,6 +98,20 @@ deletes a task it did not add.
     help="Seconds to wait for every task to be migrated and processed; past it the demo fails.",
 )
 @click.option("--seed", type=Count(0), help="Seed for tags and amounts (default: random).")
+@click.option(
+    "--console",
+    "web_console",
+    is_flag=True,
+    help="Serve the web console on the destination while the demo runs, and keep it up after"
+    " the table until Ctrl-C (pip install 'pullqueue[console]').",
+)
+@click.option(
+    "--console-listen",
+    default="127.0.0.1:8080",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where --console serves (loopback only).",
+)
 @json_option("Print the reconciliation as one JSON object instead of a table.")
 def demo(
     tasks: int,
@@ -105,6 +122,8 @@ def demo(
     batch_size: int,
     timeout: float,
     seed: int | None,
+    web_console: bool,
+    console_listen: str,
     as_json: bool,
 ) -> None:
     """Run the migration end to end and check that no task is lost or counted twice.
@@ -126,8 +145,32 @@ def demo(
     )
     if destination(url)[0].startswith("pubsub:"):
         check_emulator()
+    listen = _console_address(console_listen) if web_console else None
+
+    def show(result: DemoResult) -> None:
+        if as_json:
+            click.echo(json.dumps(result.to_dict()))
+        else:
+            render(result, console)
+
+    def linger(result: DemoResult, address: str | None) -> None:
+        show(result)
+        click.echo(f"console still serving at {address}: Ctrl-C to end the demo", err=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
     try:
-        result = run_demo(url, options, console=Console(stderr=True), show_progress=not as_json)
+        result = run_demo(
+            url,
+            options,
+            console=Console(stderr=True),
+            show_progress=not as_json,
+            web_console=listen,
+            linger=linger if listen is not None else None,
+        )
     except ConfigurationError as exc:
         raise click.BadParameter(str(exc), param_hint="'--url'") from exc
     except (InvalidQueueNameError, QueueInUseError) as exc:
@@ -139,8 +182,30 @@ def demo(
             err=True,
         )
         raise SystemExit(EXIT_INTERRUPTED) from None
-    if as_json:
-        click.echo(json.dumps(result.to_dict()))
-    else:
-        render(result, console)
+    if listen is None:
+        show(result)
     raise SystemExit(EXIT_OK if result.ok else EXIT_FAILED)
+
+
+def _console_address(listen: str) -> tuple[str, int]:
+    """--console-listen as (host, port): loopback only, the console is open to whoever reaches
+    it; the extra must be installed and the port free, or nothing starts."""
+    from pullqueue.cli.console import INSTALL_HINT, parse_listen
+
+    host, port = parse_listen(listen)
+    try:
+        from pullqueue.console.security import is_loopback
+        from pullqueue.console.server import bind
+    except ImportError as exc:
+        fail(f"{INSTALL_HINT} ({exc})", EXIT_USAGE)
+    if not is_loopback(host):
+        raise click.BadParameter(
+            f"{listen!r} is not a loopback address; the demo's console serves this machine only"
+            " (use `pullqueue console` with a token for more)",
+            param_hint="'--console-listen'",
+        )
+    try:
+        bind(host, port).close()
+    except OSError as exc:
+        fail(f"--console-listen: cannot listen on {host}:{port}: {exc.strerror or exc}")
+    return host, port
