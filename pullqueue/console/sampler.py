@@ -24,6 +24,8 @@ PUBSUB_PERIOD = 60.0
 """Seconds between readings on Pub/Sub: Cloud Monitoring samples once a minute."""
 DEFAULT_PERIOD = 5.0
 """Seconds between readings elsewhere."""
+MIN_WAIT = 0.5
+"""The background reader never reads more often than this, whatever the period."""
 
 
 def default_period(url: str) -> float:
@@ -135,7 +137,7 @@ class Sampler:
                 self.fresh(self.period * 0.9)
             except Exception:  # keep sampling; the page shows each queue's own error
                 log.exception("the console could not read the figures")
-            self._stop.wait(self.period)
+            self._stop.wait(max(self.period, MIN_WAIT))
 
     def stop(self) -> None:
         self._stop.set()

@@ -51,6 +51,7 @@ class BackgroundConsole:
 
     def __init__(self, app: Any, sock: socket.socket) -> None:
         self.url = address(sock)
+        self.app = app
         self._sock = sock
         self._server = uvicorn.Server(_config(app))
         self._thread = threading.Thread(
