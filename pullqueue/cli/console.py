@@ -67,6 +67,7 @@ def read_token(token_file: Path | None) -> str | None:
 Examples:
   pullqueue console --url pubsub://my-project
   pullqueue console --url pubsub://my-project --read-only
+  pullqueue console --url pubsub://my-project --metrics http://worker-1:9464/metrics
   pullqueue console --url pubsub://my-project --listen 0.0.0.0:8080 --token-file token.txt
 
 \b
@@ -93,7 +94,21 @@ PULLQUEUE_CONSOLE_TOKEN); open it once as http://HOST:PORT/?token=TOKEN.
     type=click.Path(dir_okay=False, path_type=Path),
     help="File holding the token each request must carry [default: PULLQUEUE_CONSOLE_TOKEN].",
 )
-def console(url: str | None, listen: str, read_only: bool, token_file: Path | None) -> None:
+@click.option(
+    "--metrics",
+    "metrics",
+    multiple=True,
+    metavar="URL",
+    help="A worker's Prometheus endpoint (pullqueue work --metrics-port), for leases and"
+    " completions per minute where the backend counts none (Pub/Sub); repeat per worker.",
+)
+def console(
+    url: str | None,
+    listen: str,
+    read_only: bool,
+    token_file: Path | None,
+    metrics: tuple[str, ...],
+) -> None:
     """Serve a web console of the backend's pull queues: every queue with its backlog, oldest
     task, dead letters, leases and completions per minute and an hour's backlog plot; a page per
     queue with its tasks by tag, its dead letters, and delete, purge and redrive behind a typed
@@ -105,6 +120,12 @@ def console(url: str | None, listen: str, read_only: bool, token_file: Path | No
     """
     host, port = parse_listen(listen)
     token = read_token(token_file)
+    for endpoint in metrics:
+        if not endpoint.startswith(("http://", "https://")):
+            raise click.BadParameter(
+                f"{endpoint!r} is not an http(s) URL, for example http://10.0.0.5:9464/metrics",
+                param_hint="'--metrics'",
+            )
     try:
         from pullqueue.console import create_app
         from pullqueue.console.app import loopback_hosts
@@ -129,6 +150,7 @@ def console(url: str | None, listen: str, read_only: bool, token_file: Path | No
             read_only=read_only,
             token=token,
             allowed_hosts=loopback_hosts() if loopback else None,
+            metrics=list(metrics),
         )
         url_shown = address(sock)
         click.echo(

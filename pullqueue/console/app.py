@@ -45,6 +45,7 @@ from pullqueue.console.security import (
     csrf_token,
     remember_csrf,
 )
+from pullqueue.console.workers import WorkerMetrics
 from pullqueue.errors import Error
 from pullqueue.inspection import iso, preview, safe
 from pullqueue.monitoring import BacklogReader
@@ -307,11 +308,15 @@ def create_app(
     allowed_hosts: list[str] | None = None,
     period: float | None = None,
     reader: Callable[[str], BacklogReader] = BacklogReader,
+    metrics: list[str] | None = None,
     sample_in_background: bool = True,
 ) -> Starlette:
     """The console for `backend`. `token`: required on every request when set; `allowed_hosts`:
-    the Host headers accepted (default: any); `period`: seconds between figure readings."""
-    sampler = Sampler(backend, period=period, reader=reader)
+    the Host headers accepted (default: any); `period`: seconds between figure readings;
+    `metrics`: the workers' Prometheus endpoints, for leases and completions on backends that
+    count neither."""
+    workers = WorkerMetrics(metrics, backend.url) if metrics else None
+    sampler = Sampler(backend, period=period, reader=reader, workers=workers)
     console = Console(backend, sampler, read_only=read_only)
 
     @contextlib.asynccontextmanager

@@ -18,12 +18,12 @@ from pullqueue.queue import Queue
 
 NO_COUNTS = "{url} counts only the tasks this process holds, not the queue's"
 NO_LEASE_RATE = (
-    "{url} does not count leases; each worker counts its own"
-    " (pullqueue work --metrics-port: messaging_client_consumed_messages_total)"
+    "{url} does not count leases; each worker counts its own: start the console with"
+    " --metrics URL for each `pullqueue work --metrics-port` endpoint"
 )
 NO_COMPLETION_RATE = (
-    "{url} does not count completions; each worker counts its own"
-    " (pullqueue work --metrics-port: pullqueue_worker_tasks_completed_total)"
+    "{url} does not count completions; each worker counts its own: start the console with"
+    " --metrics URL for each `pullqueue work --metrics-port` endpoint"
 )
 NOT_SAMPLED = "Cloud Monitoring had no sample of every subscription in its window"
 

@@ -11,9 +11,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
 from pullqueue.adapters.base import Backend, QueueListingBackend
-from pullqueue.console.figures import QueueFigures, read_figures
+from pullqueue.console.figures import Figure, QueueFigures, read_figures
+from pullqueue.console.workers import COMPLETED, CONSUMED, WorkerMetrics
 from pullqueue.monitoring import BacklogReader
 
 log = logging.getLogger(__name__)
@@ -42,9 +44,11 @@ class Sampler:
         *,
         period: float | None = None,
         reader: Callable[[str], BacklogReader] = BacklogReader,
+        workers: WorkerMetrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
+        self.workers = workers
         self.period = default_period(backend.url) if period is None else period
         self.reader = reader
         self._clock = clock
@@ -86,6 +90,9 @@ class Sampler:
         with self._read_lock:
             queues = self._list()
             readings = {q: read_figures(self.backend, q, self.reader) for q in queues}
+            if self.workers is not None:
+                self.workers.scrape()
+                readings = {q: self._with_worker_rates(f) for q, f in readings.items()}
             now = self._clock()
             with self._lock:
                 self._queues = queues
@@ -99,6 +106,21 @@ class Sampler:
                 for gone in set(self._history) - set(queues):
                     del self._history[gone]
                 self._read_at = now
+
+    def _with_worker_rates(self, figures: QueueFigures) -> QueueFigures:
+        """Leases and completions from the workers' metrics where the backend counts none."""
+
+        def rate(figure: Figure, counter: str) -> Figure:
+            if figure.value is not None or self.workers is None:
+                return figure
+            found = self.workers.rate(counter, figures.queue)
+            return Figure(found.value, found.reason, found.exact)
+
+        return replace(
+            figures,
+            leases_per_minute=rate(figures.leases_per_minute, CONSUMED),
+            completions_per_minute=rate(figures.completions_per_minute, COMPLETED),
+        )
 
     def fresh(self, max_age: float | None = None) -> None:
         """Read now unless the latest reading is younger than max_age (default: the period)."""
