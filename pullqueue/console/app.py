@@ -237,7 +237,7 @@ class Console:
         queue = await self.known_queue(request)
         if isinstance(queue, Response):
             return JSONResponse({"error": f"no queue {request.path_params['queue']!r}"}, 404)
-        await run_in_threadpool(self.sampler.read)
+        await run_in_threadpool(self.sampler.fresh)
         figures = self.sampler.latest(queue)
         return JSONResponse(None if figures is None else figures.as_dict())
 
