@@ -49,7 +49,7 @@ FAILURES: tuple[type[BaseException], ...] = (
 """What a call to the service may raise: API errors, unreadable replies, auth and I/O failures."""
 
 _RETRY_WHEN_UNAVAILABLE = frozenset(
-    {"GetQueue", "GetTask", "ListTasks", "DeleteTask", "LeaseTasks"}
+    {"GetQueue", "GetTask", "ListTasks", "ListQueues", "DeleteTask", "LeaseTasks"}
 )
 """RPCs replayed on UNAVAILABLE: Google's own client retries the first four, and a replayed lease at
 worst holds tasks until their lease ends. Every RPC is replayed on RESOURCE_EXHAUSTED."""
@@ -64,6 +64,7 @@ ROLES = {
     "GetTask": "roles/cloudtasks.viewer",
     "GetQueue": "roles/cloudtasks.viewer",
     "ListTasks": "roles/cloudtasks.viewer and cloudtasks.tasks.fullView (payloads)",
+    "ListQueues": "roles/cloudtasks.viewer",
     "PurgeQueue": "roles/cloudtasks.queueAdmin",
 }
 """The predefined role that carries each RPC's permission, named in PermissionDeniedError."""
@@ -78,6 +79,7 @@ _ACTIONS = {
     "GetTask": "read the task",
     "GetQueue": "read the queue",
     "ListTasks": "list the tasks",
+    "ListQueues": "list the queues",
     "PurgeQueue": "purge the queue",
 }
 
@@ -533,6 +535,29 @@ class CloudTasksBackend:
             page_token = page.next_page_token
             if not page_token:
                 return
+
+    def list_queues(self) -> list[str]:
+        """The pull queues of the project and location (push queues left out), sorted."""
+        parent = f"projects/{self.project}/locations/{self.location}"
+        found: list[str] = []
+        page_token = ""
+        while True:
+            request = tasks_v2beta2.ListQueuesRequest(
+                parent=parent, page_size=1000, page_token=page_token
+            )
+            page = self._call(
+                "ListQueues",
+                lambda request=request: self._client.list_queues(  # type: ignore[misc]
+                    request=request, retry=None, timeout=self._timeout
+                ),
+                queue="*",
+            )
+            for message in page.queues:
+                if type(message).pb(message).HasField("pull_target"):
+                    found.append(message.name.rsplit("/", 1)[-1])
+            page_token = page.next_page_token
+            if not page_token:
+                return sorted(found)
 
     def close(self) -> None:
         """Close the client's channel; leases held stay until they end, as on the legacy queue."""

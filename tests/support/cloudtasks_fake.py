@@ -50,6 +50,7 @@ RPCS = (
     "GetTask",
     "ListTasks",
     "GetQueue",
+    "ListQueues",
     "PurgeQueue",
 )
 MAX_LEASE_SECONDS = 7 * 24 * 3600
@@ -60,6 +61,10 @@ _TAG_FILTER = re.compile(r'^tag="((?:[^"\\]|\\.)*)"$')
 _QUEUE_PATH = re.compile(
     r"^/v2beta2/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/queues/(?P<queue>[^/:]+)"
     r"(?::(?P<verb>purge))?$"
+)
+_QUEUES_PATH = re.compile(
+    r"^/v2beta2/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/queues"
+    r"(?P<queue>)(?P<verb>)$"
 )
 _TASKS_PATH = re.compile(
     r"^/v2beta2/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/queues/(?P<queue>[^/]+)"
@@ -365,6 +370,7 @@ class CloudTasksModel:
     def _route(self, method: str, path: str) -> tuple[str, str, str]:
         for pattern, table in (
             (_QUEUE_PATH, {("GET", None): "GetQueue", ("POST", "purge"): "PurgeQueue"}),
+            (_QUEUES_PATH, {("GET", ""): "ListQueues"}),
             (_TASKS_PATH, {("POST", None): "CreateTask", ("POST", "lease"): "LeaseTasks"}),
             (_TASKS_PATH, {("GET", None): "ListTasks"}),
             (
@@ -596,6 +602,20 @@ class CloudTasksModel:
             reply["appEngineHttpTarget"] = {}
         if "stats" in query.get("readMask", "").split(","):
             reply["stats"] = self._stats(queue)
+        return reply
+
+    def _ListQueues(self, _: str, __: str, ___: dict[str, Any], query: dict[str, str]) -> Any:
+        """Every declared queue, push ones too, by name, paged as ListTasks pages."""
+        size = int(query.get("pageSize", "1000") or 1000)
+        if not 0 < size <= 1000:
+            raise _Reply(*_error_body(400, "INVALID_ARGUMENT", "page_size must be 1 to 1000."))
+        start = query.get("pageToken", "")
+        names = sorted(name for name in self._queues if name > start)
+        reply: dict[str, Any] = {}
+        if names:
+            reply["queues"] = [self._GetQueue(name, "", {}, {}) for name in names[:size]]
+        if len(names) > size:
+            reply["nextPageToken"] = names[size - 1]
         return reply
 
     def _stats(self, queue: str) -> dict[str, Any]:
