@@ -140,8 +140,10 @@ class Console:
                 await run_in_threadpool(self.sampler.read)
             if queue not in self.sampler.queues():
                 return self.error(request, 404, f"{self.backend.url} has no queue named {queue!r}")
-        else:
+        elif queue not in self.sampler.queues():
+            # A backend that cannot list: the queue is watched from its first visit on.
             self.sampler.watch(queue)
+            await run_in_threadpool(self.sampler.read)
         return queue
 
     # Pages

@@ -133,3 +133,18 @@ def test_backlog_history_feeds_the_plot(backend: MemoryBackend, browser: Browser
     assert 'src="/static/uPlot.iife.min.js"' in page and 'src="/static/htmx.min.js"' in page
     assert browser.get("/static/htmx.min.js").status_code == 200
     assert browser.get("/static/uPlot.iife.min.js").status_code == 200
+
+
+def test_a_backend_that_cannot_list_opens_queues_by_name(backend: MemoryBackend) -> None:
+    from pullqueue.adapters.delegating import DelegatingBackend
+
+    unlisted = DelegatingBackend(backend)  # no list_queues, no list_tasks: like appengine://
+    for browser in console(unlisted):  # type: ignore[arg-type]
+        page = browser.get("/").text
+        assert "cannot list its queues" in page and 'class="queue-row"' not in page
+        opened = browser.get("/go", params={"q": "emails"}, follow_redirects=False)
+        assert opened.status_code == 303 and opened.headers["location"] == "/queues/emails"
+        queue_page = browser.get("/queues/emails").text
+        assert "cannot show tasks without leasing them" in queue_page
+        assert browser.get("/api/queues/emails").json()["backlog"]["value"] == 30
+        assert 'data-queue="emails"' in browser.get("/").text  # watched from now on
