@@ -196,9 +196,8 @@ class Console:
         if isinstance(queue, Response):
             return queue
         await run_in_threadpool(self.sampler.fresh)
-        return self.render(
-            request, "_figures.html", queue=queue, figures=self.sampler.latest(queue)
-        )
+        part = "_subscriptions.html" if request.query_params.get("part") else "_figures.html"
+        return self.render(request, part, queue=queue, figures=self.sampler.latest(queue))
 
     async def dead_letters(self, request: Request) -> Response:
         queue = await self.known_queue(request)

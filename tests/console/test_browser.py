@@ -146,6 +146,7 @@ def test_click_through_on_the_pubsub_emulator(driver: WebDriver) -> None:
             find(driver, "#look").click()
             wait(driver, lambda d: len(task_names(d)) == 4)
             assert sorted(task_names(driver)) == ["t1", "t10", "t4", "t7"]
+            driver.execute_script("document.getElementById('task-list').scrollIntoView()")
             shot(driver, "pubsub-look")
 
             row = 'tr.task[data-name="t4"] details.confirm'

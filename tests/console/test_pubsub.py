@@ -107,6 +107,10 @@ def test_tasks_are_shown_only_when_asked_and_each_look_costs_an_attempt(
     page = browser.get("/queues/mail").text
     assert 'data-name="' not in page  # no look without asking
     assert "costs one delivery attempt" in page
+    subscriptions = browser.get("/queues/mail/figures?part=subscriptions").text
+    assert "<html" not in subscriptions
+    assert ">mail-workers<" in subscriptions and ">mail-shard-15<" in subscriptions
+    assert ">mail-workers<" in page
     first = dict(looked(browser, "mail"))
     assert set(first) == {f"t{i}" for i in range(6)} and set(first.values()) == {1}
     second = dict(looked(browser, "mail"))

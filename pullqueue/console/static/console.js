@@ -14,6 +14,11 @@
           var data = series[box.dataset.queue] || [[], []];
           var wide = box.classList.contains("wide");
           box.textContent = "";
+          if (!data[1].some(function (v) { return v !== null; })) {
+            box.textContent = data[0].length ? "backlog unknown" : "no reading yet";
+            box.classList.add("unknown");
+            return;
+          }
           charts.push(new uPlot({
             width: wide ? Math.min(box.clientWidth || 800, 900) : 220,
             height: wide ? 220 : 48,
