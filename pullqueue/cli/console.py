@@ -7,7 +7,9 @@ one line, not a server's traceback) and serves with `pullqueue.console.server`.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
+from types import FrameType
 
 import click
 
@@ -22,6 +24,11 @@ from pullqueue.cli.base import (
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 INSTALL_HINT = "the console needs its extra: pip install 'pullqueue[console]'"
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM ends the console as Ctrl-C does (uvicorn shuts down first, then re-raises it)."""
+    raise KeyboardInterrupt
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -160,7 +167,11 @@ def console(
             + "; Ctrl-C to stop",
             err=True,
         )
-        serve(app, sock)
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            serve(app, sock)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     finally:
         sock.close()
         backend.close()

@@ -177,3 +177,22 @@ def test_dead_letters_with_their_last_error_redrive_and_purge(
     assert "purged 1 dead letters" in purged.text
     assert "no dead letters" in browser.get("/queues/mail/dead-letters").text
     assert leasable(producer, "mail") == {"t0"}
+
+
+def test_the_command_serves_a_pubsub_project(producer: PubSubBackend, project: str) -> None:
+    import httpx
+
+    from tests.cli.support import clean_env
+    from tests.console.test_safety import start_console
+
+    add(producer, "mail", 2, [None])
+    env = clean_env(PUBSUB_EMULATOR_HOST=shared_emulator_host("pubsub"))
+    proc, address = start_console("--url", f"pubsub://{project}", "--read-only", env=env)
+    try:
+        page = httpx.get(address, timeout=30)
+        assert page.status_code == 200 and 'data-queue="mail"' in page.text
+        assert "the Pub/Sub emulator has no Cloud Monitoring" in page.text
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert proc.returncode == 130  # SIGTERM ends it as Ctrl-C does
