@@ -1,6 +1,6 @@
 """Benchmark: how fast the web console answers on memory://, over real HTTP.
 
-The console runs under uvicorn in a thread of this process, and httpx asks for each page as a
+The console runs under uvicorn in a thread of this process, and httpx2 asks for each page as a
 browser would. Pages: the queues page with 50 queues (1,000 tasks each over 10 tags), once with
 the figures from the last reading (how an open page refreshes) and once reading all 50 queues on
 the request (the first visit); a queue page with 100,000 tasks in the queue (first page, a page
@@ -20,7 +20,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-import httpx
+import httpx2
 from starlette.testclient import TestClient
 
 from pullqueue import Queue, Task
@@ -45,7 +45,7 @@ def fill(backend: MemoryBackend, queue: str, count: int, tags: int) -> None:
         )
 
 
-def timed(get: Callable[[], httpx.Response], repeat: int) -> list[float]:
+def timed(get: Callable[[], httpx2.Response], repeat: int) -> list[float]:
     get()  # warm up (templates compiled, first reading taken)
     times = []
     for _ in range(repeat):
@@ -86,10 +86,10 @@ def main() -> None:
         "big": BackgroundConsole(create_app(big, period=3600), bind("127.0.0.1", 0)),
     }
     try:
-        with httpx.Client(timeout=30) as client:
+        with httpx2.Client(timeout=30) as client:
             base = servers["cached"].url
 
-            def page(url: str) -> Callable[[], httpx.Response]:
+            def page(url: str) -> Callable[[], httpx2.Response]:
                 return lambda: client.get(url)
 
             baseline = statistics.median(timed(page(base + "static/console.css"), args.repeat))

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from starlette.testclient import TestClient
 
@@ -28,14 +28,14 @@ class Browser:
         self.client = client
         self.token = ""
 
-    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+    def get(self, path: str, **kwargs: Any) -> httpx2.Response:
         response = self.client.get(path, **kwargs)
         found = CSRF_INPUT.search(response.text)
         if found:
             self.token = found.group(1)
         return response
 
-    def post(self, path: str, data: dict[str, str], **kwargs: Any) -> httpx.Response:
+    def post(self, path: str, data: dict[str, str], **kwargs: Any) -> httpx2.Response:
         return self.client.post(path, data={"csrf": self.token, **data}, **kwargs)
 
 

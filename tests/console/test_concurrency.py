@@ -8,15 +8,15 @@ import re
 import threading
 import time
 
-import httpx
+import httpx2
 
 from pullqueue.adapters.memory import MemoryBackend
 from tests.console.browser import served
 from tests.console.conftest import CSRF_INPUT, fill
 
 
-def operator(base: str) -> tuple[httpx.Client, str]:
-    client = httpx.Client(base_url=base, timeout=30)
+def operator(base: str) -> tuple[httpx2.Client, str]:
+    client = httpx2.Client(base_url=base, timeout=30)
     page = client.get("/queues/jobs").text
     found = CSRF_INPUT.search(page)
     assert found is not None
@@ -64,6 +64,6 @@ def test_concurrent_deletes_over_http() -> None:
         left = {t.name for t in backend.list_tasks("jobs")}
         assert left == {f"t{i}" for i in range(321, 400)}
         time.sleep(0.7)  # one reading period: the figures after the last delete
-        figures = httpx.get(url + "api/queues/jobs").json()
+        figures = httpx2.get(url + "api/queues/jobs").json()
         assert figures["backlog"]["value"] == len(left) == 79
         assert figures["completions_per_minute"]["value"] == 0  # deletes of unleased tasks

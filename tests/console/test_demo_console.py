@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-import httpx
+import httpx2
 
 from tests.cli.support import PULLQUEUE, clean_env, run
 
@@ -33,15 +33,15 @@ def test_demo_serves_the_console_until_ctrl_c() -> None:
         assert address is not None and address in line
         deadline = time.monotonic() + 10
         while True:  # the console reads once a second: the figures after the last reading
-            figures = httpx.get(address + "api/queues").json()
+            figures = httpx2.get(address + "api/queues").json()
             demo = {q["queue"]: q for q in figures["queues"]}["pullqueue-demo"]
             if demo["backlog"]["value"] == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         assert demo["backlog"]["value"] == 0
         assert demo["completions_per_minute"]["value"] == 600  # every task, by the workers
-        assert "pullqueue-demo" in httpx.get(address).text
-        history = httpx.get(address + "api/backlog").json()["pullqueue-demo"]
+        assert "pullqueue-demo" in httpx2.get(address).text
+        history = httpx2.get(address + "api/backlog").json()["pullqueue-demo"]
         assert len(history[0]) >= 1
     finally:
         proc.send_signal(signal.SIGINT)

@@ -180,7 +180,7 @@ def test_dead_letters_with_their_last_error_redrive_and_purge(
 
 
 def test_the_command_serves_a_pubsub_project(producer: PubSubBackend, project: str) -> None:
-    import httpx
+    import httpx2
 
     from tests.cli.support import clean_env
     from tests.console.test_safety import start_console
@@ -189,7 +189,7 @@ def test_the_command_serves_a_pubsub_project(producer: PubSubBackend, project: s
     env = clean_env(PUBSUB_EMULATOR_HOST=shared_emulator_host("pubsub"))
     proc, address = start_console("--url", f"pubsub://{project}", "--read-only", env=env)
     try:
-        page = httpx.get(address, timeout=30)
+        page = httpx2.get(address, timeout=30)
         assert page.status_code == 200 and 'data-queue="mail"' in page.text
         assert "the Pub/Sub emulator has no Cloud Monitoring" in page.text
     finally:

@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 from starlette.testclient import TestClient
 
@@ -134,11 +134,11 @@ def start_console(
 def test_served_over_http_until_ctrl_c_then_exit_130() -> None:
     proc, address = start_console("--read-only", env=clean_env(PULLQUEUE_CONSOLE_TOKEN=TOKEN))
     try:
-        assert httpx.get(address).status_code == 401
-        page = httpx.get(address, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert httpx2.get(address).status_code == 401
+        page = httpx2.get(address, headers={"Authorization": f"Bearer {TOKEN}"})
         assert page.status_code == 200 and "read-only" in page.text
         # The Host check is on: the console listens on loopback.
-        rebound = httpx.get(address, headers={"Host": "attacker.example"})
+        rebound = httpx2.get(address, headers={"Host": "attacker.example"})
         assert rebound.status_code == 400
     finally:
         proc.send_signal(signal.SIGINT)
