@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,7 +31,12 @@ from pullqueue.console.app import loopback_hosts
 from pullqueue.console.server import BackgroundConsole, bind
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+# Screenshots are always taken; they refresh docs/console/ only when asked
+# (PULLQUEUE_SCREENSHOTS=docs/console pytest tests/console), so a test run leaves the tree clean.
+SCREENSHOTS = Path(
+    os.environ.get("PULLQUEUE_SCREENSHOTS")
+    or Path(tempfile.gettempdir()) / f"pullqueue-console-screenshots-{os.getpid()}"
+)
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -96,6 +102,6 @@ def find(driver: WebDriver, css: str) -> WebElement:
 
 
 def shot(driver: WebDriver, name: str) -> None:
-    """A screenshot for docs/console.md."""
+    """A screenshot: into docs/console/ for docs/console.md when PULLQUEUE_SCREENSHOTS says so."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
