@@ -177,8 +177,9 @@ class Task(_CoreTask):
     """A pull task, shaped like the legacy `taskqueue.Task` (method 'PULL' only).
 
     Fields as in the legacy API: name, payload, tag, eta, eta_posix, retry_count, queue_name,
-    was_enqueued, was_deleted, size, method. The ETA of a task without `eta` is taken from the
-    backend's clock when the task is added.
+    was_enqueued, was_deleted, size, method, retry_options. As in the SDK the ETA is set here
+    (now + countdown) and an ETA more than 30 days ahead is refused here; a task with neither eta
+    nor countdown is due the moment it is added (see _place_on_backend_clock).
 
     `Task(name='job-42')`, without a payload, is a handle on a task by its name, as legacy code
     builds one to delete or lease-check a task: delete_tasks and modify_task_lease accept it,
