@@ -118,6 +118,21 @@ def freeze_clock(implementation: str, now: Callable[[], float]) -> Callable[[], 
     return restore
 
 
+def _empty_queues(implementation: str) -> None:
+    """Empty every queue and forget its names: an arrangement starts from nothing (a test may
+    run twice in one setUp, once per context mode of the SDK's `both_context_modes`)."""
+    if implementation == "sdk":
+        from google.appengine.api import apiproxy_stub_map
+
+        stub = apiproxy_stub_map.apiproxy.GetStub("taskqueue")
+        for name in _QUEUES:
+            stub.FlushQueue(name)
+    else:
+        from pullqueue.registry import reset_default_backends
+
+        reset_default_backends()
+
+
 def arrange_delete(
     implementation: str, request: Any, populate_response: Callable[..., None]
 ) -> None:
@@ -126,6 +141,7 @@ def arrange_delete(
     UNKNOWN_TASK, none."""
     from google.appengine.api.taskqueue import taskqueue_service_bytes_pb2 as pb
 
+    _empty_queues(implementation)
     response = pb.TaskQueueDeleteResponse()
     populate_response("taskqueue", "Delete", request, response)
     tq = module(implementation)
@@ -149,3 +165,25 @@ def set_lease_fields(task: Any, *, queue_name: str, eta_posix: float) -> None:
     else:
         task.queue_name = queue_name
         task.eta_posix = eta_posix
+
+
+def arrange_add(implementation: str, request: Any, populate_response: Callable[..., None]) -> None:
+    """Put in the queues what a BulkAdd answering `populate_response` implies, so a real BulkAdd
+    answers the same: OK (with no canned chosen name), nothing; TASK_ALREADY_EXISTS, a task of
+    that name; TOMBSTONED_TASK, one added and deleted before."""
+    from google.appengine.api.taskqueue import taskqueue_service_bytes_pb2 as pb
+
+    _empty_queues(implementation)
+    response = pb.TaskQueueBulkAddResponse()
+    populate_response("taskqueue", "BulkAdd", request, response)
+    tq = module(implementation)
+    codes = pb.TaskQueueServiceError
+    for add, result in zip(request.add_request, response.taskresult, strict=True):
+        if result.result == codes.OK and not result.HasField("chosen_task_name"):
+            continue
+        queue, name = tq.Queue(add.queue_name.decode()), add.task_name.decode()
+        if result.result not in (codes.TASK_ALREADY_EXISTS, codes.TOMBSTONED_TASK) or not name:
+            raise AssertionError(f"no arrangement for {result}")
+        queue.add(tq.Task(payload=b"", method="PULL", name=name))
+        if result.result == codes.TOMBSTONED_TASK:
+            queue.delete_tasks_by_name(name)

@@ -28,6 +28,8 @@ import datetime
 import os
 import time
 
+import six
+
 from google.appengine.api import module_testutil
 from google.appengine.api.taskqueue import taskqueue_service_bytes_pb2 as taskqueue_service_pb2
 from google.appengine.runtime.context import ctx_test_util
@@ -819,6 +821,10 @@ class QueueAddTest(HttpEnvironTest):
     self.assertIsInstance(task, Task)
     return task.add(*args, **kwargs)
 
+  def MockSuccessfulRPC(self, expected_request, populate_response):
+    """pullqueue port: arrange the queue so a real BulkAdd answers what the mock answered."""
+    harness.arrange_add(IMPLEMENTATION, expected_request, populate_response)
+
   def testTransactionalAddOutsideOfTransaction(self):
     """Tests adding a Task with transactional set outside of a transaction."""
     self.SetupMox()
@@ -852,6 +858,81 @@ class QueueAddTest(HttpEnvironTest):
                       self.Add,
                       Queue(),
                       [Task(name='A'), Task(name='B'), Task(name='B')])
+
+  def testAddPullTasksMultipleResults(self):
+    """Tests adding multiple tasks in a call."""
+    self.SetupMox()
+
+    def SetResponse(service, method, request, response):
+      task_result1 = response.taskresult.add()
+      task_result1.result = taskqueue_service_pb2.TaskQueueServiceError.OK
+      task_result2 = response.taskresult.add()
+      task_result2.result = taskqueue_service_pb2.TaskQueueServiceError.OK
+      task_result3 = response.taskresult.add()
+      task_result3.result = taskqueue_service_pb2.TaskQueueServiceError.OK
+
+    expected_request = taskqueue_service_pb2.TaskQueueBulkAddRequest()
+    add_request1 = expected_request.add_request.add()
+    add_request1.queue_name = b'Aqueue'
+    add_request1.task_name = b'A'
+    add_request1.eta_usec = self.now_timestamp_usec
+    add_request1.mode = taskqueue_service_pb2.TaskQueueMode.PULL
+    add_request1.body = b'123'
+
+    add_request2 = expected_request.add_request.add()
+    add_request2.queue_name = b'Aqueue'
+    add_request2.task_name = b'B'
+    add_request2.eta_usec = self.now_timestamp_usec
+    add_request2.mode = taskqueue_service_pb2.TaskQueueMode.PULL
+    add_request2.body = b'456'
+
+    add_request3 = expected_request.add_request.add()
+    add_request3.queue_name = b'Aqueue'
+    add_request3.task_name = b'C'
+    add_request3.eta_usec = self.now_timestamp_usec
+    add_request3.mode = taskqueue_service_pb2.TaskQueueMode.PULL
+    add_request3.body = b'789'
+
+    self.MockSuccessfulRPC(expected_request, SetResponse)
+
+    task1 = Task(name='A', eta=self.now, payload='123', method='PULL')
+    task2 = Task(name='B', eta=self.now, payload='456', method='PULL')
+    task3 = Task(name='C', eta=self.now, payload='789', method='PULL')
+    tasks = [task1, task2, task3]
+    queue = Queue('Aqueue')
+    self.mox.ReplayAll()
+    t = self.Add(queue, tasks)
+    self.mox.VerifyAll()
+
+    self.assertTrue(t[0].was_enqueued)
+    self.assertTrue(t[1].was_enqueued)
+    self.assertTrue(t[2].was_enqueued)
+
+  def testPullTaskSingleTaskWithPayload(self):
+    """Tests adding a pull task with payload data."""
+    self.SetupMox()
+
+    def SetResponse(service, method, request, response):
+      task_result = response.taskresult.add()
+      task_result.result = taskqueue_service_pb2.TaskQueueServiceError.OK
+
+    expected_request = taskqueue_service_pb2.TaskQueueBulkAddRequest()
+    add_request = expected_request.add_request.add()
+    add_request.queue_name = b'default'
+    add_request.task_name = b'T'
+    add_request.eta_usec = self.now_timestamp_usec
+    add_request.mode = taskqueue_service_pb2.TaskQueueMode.PULL
+    add_request.body = self.payload
+
+    self.MockSuccessfulRPC(expected_request, SetResponse)
+
+    self.mox.ReplayAll()
+    task = Task(name='T', payload=self.payload, eta=self.now, method='PULL')
+    queue = Queue()
+    t = self.Add(queue, task)
+    self.mox.VerifyAll()
+
+    self.assertTrue(t.was_enqueued)
 
   def testPullTaskWithoutPayload(self):
     """Tests adding a pull task that without payload data."""
@@ -890,6 +971,51 @@ class QueueAddTest(HttpEnvironTest):
                       headers={'A': 'b',
                                'B': 'a'},
                       method='PULL')
+
+  def testPullTasksWithTag(self):
+    self.SetupMox()
+    tags = [
+        None, '', 'My test Tag', u'\u30cb\u30e3\u30f3', '\x00\x01\x02\x03']
+
+    def SetResponse(service, method, request, response):
+      for _ in request.add_request:
+        task_result = response.taskresult.add()
+        task_result.result = taskqueue_service_pb2.TaskQueueServiceError.OK
+
+    expected_request = taskqueue_service_pb2.TaskQueueBulkAddRequest()
+    for i, tag in enumerate(tags):
+      add_request = expected_request.add_request.add()
+      add_request.queue_name = b'default'
+      add_request.task_name = b'task-%d' % i
+      add_request.eta_usec = self.now_timestamp_usec
+      add_request.mode = taskqueue_service_pb2.TaskQueueMode.PULL
+      add_request.body = self.payload
+      if tag:
+        if isinstance(tag, six.text_type):
+          add_request.tag = tag.encode('utf-8')
+        else:
+          add_request.tag = tag
+
+
+    expected_request.ByteSize()
+
+    self.MockSuccessfulRPC(expected_request, SetResponse)
+
+    self.mox.ReplayAll()
+
+    tasks = []
+    for i, tag in enumerate(tags):
+      tasks.append(Task(name='task-%d' % i,
+                        payload=self.payload,
+                        eta=self.now,
+                        method='PULL',
+                        tag=tag))
+
+    self.Add(Queue(), tasks)
+    self.mox.VerifyAll()
+
+    for task in tasks:
+      self.assertTrue(task.was_enqueued)
 
   def testPullTasksWithOversizedTag(self):
     self.SetupMox()
