@@ -148,6 +148,29 @@ def test_transactional_adds_need_a_transaction_and_refuse_names(side: Side) -> N
     assert side.tasks() == []
 
 
+@pytest.mark.parametrize(
+    ("calls", "size", "error"),
+    [
+        ([3, 3], 1, "DatastoreError"),
+        ([6], 1, "DatastoreError"),
+        ([2], 600_000, "TransactionalRequestTooLargeError"),
+    ],
+    ids=["six-tasks-in-two-calls", "six-tasks-in-one-call", "two-tasks-over-one-mib"],
+)
+def test_a_transaction_adds_at_most_five_tasks_of_at_most_one_mib_a_call(
+    side: Side, calls: list[int], size: int, error: str
+) -> None:
+    @ndb.transactional_tasklet
+    def place_orders() -> Any:
+        for count in calls:
+            tasks = [side.tq.Task(payload=b"x" * size, method="PULL") for _ in range(count)]
+            yield side.queue.add_async(tasks, transactional=True)
+
+    with pytest.raises(getattr(side.tq, error)):
+        place_orders().get_result()
+    assert side.tasks() == []
+
+
 def test_every_async_call_can_be_yielded_by_a_tasklet(side: Side) -> None:
     tq, queue = side.tq, side.queue
     seen: list[Any] = []

@@ -12,6 +12,7 @@ import sys
 import time
 import typing as _typing
 import urllib.parse
+import weakref
 from collections.abc import Iterable as _Iterable
 
 from pullqueue import limits
@@ -713,8 +714,24 @@ class Queue:
                     queue=self.name,
                     task=item.name,
                 )
+        size = sum(len(item.payload) + _LEGACY_SIZE_OVERHEAD for item in tasks)
+        if size > MAX_TRANSACTIONAL_REQUEST_SIZE_BYTES:
+            raise TransactionalRequestTooLargeError(
+                f"Transactional request size must be less than"
+                f" {MAX_TRANSACTIONAL_REQUEST_SIZE_BYTES}; found {size}",
+                queue=self.name,
+            )
+        added = _transactional_tasks.get(context, 0) + len(tasks)
+        if added > _MAX_TRANSACTIONAL_TASKS:
+            raise DatastoreError(
+                f"Too many messages, maximum allowed {_MAX_TRANSACTIONAL_TASKS}: a transaction"
+                f" adds at most {_MAX_TRANSACTIONAL_TASKS} tasks, as on the legacy service; add"
+                " the others without transactional=True after it commits",
+                queue=self.name,
+            )
         # Every limit is checked now, so the add made at commit fails only if the backend does.
         self._queue._check_add(tasks)
+        _transactional_tasks[context] = added
         # As the SDK, the call answers the tasks marked enqueued in this queue, and they are not
         # updated if the transaction rolls back; an unnamed task gets its name at the commit.
         for item in tasks:
@@ -927,6 +944,13 @@ def _place_on_backend_clock(tasks: list[Task], backend: Backend) -> None:
             other_clock = not before <= now <= time.time()
         if other_clock:
             task.eta_posix = now + task._countdown
+
+
+_MAX_TRANSACTIONAL_TASKS = 5
+"""The legacy limit of transactional tasks per datastore transaction (the SDK's stub keeps it)."""
+
+_transactional_tasks: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+"""Tasks added so far by each ndb transaction's context (forgotten with the context)."""
 
 
 def _ndb_transaction() -> Any:
