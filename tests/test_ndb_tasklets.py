@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 from google.appengine.api import taskqueue as sdk_taskqueue
 from google.appengine.ext import ndb, testbed
 
+from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.compat import taskqueue as compat
 from pullqueue.registry import reset_default_backends
 
@@ -253,3 +255,24 @@ def test_without_ndb_the_async_calls_answer_plain_rpcs() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_transactional_add_outside_ndb_leaves_ndb_untouched() -> None:
+    """Looking for a transaction must not make an ndb context: one made outside a request leaves
+    work on ndb's event loop that hangs the next tasklet of the thread."""
+    from google.appengine.ext.ndb import tasklets
+
+    seen: list[Any] = []
+
+    def outside_any_request() -> None:
+        queue = compat.Queue(QUEUE, backend=MemoryBackend())
+        try:
+            queue.add(compat.Task(payload=b"a", method="PULL"), transactional=True)
+        except compat.BadTransactionStateError as exc:
+            seen.append(type(exc).__name__)
+        seen.append(tasklets._state.current_context)
+
+    worker = threading.Thread(target=outside_any_request)
+    worker.start()
+    worker.join(30)
+    assert seen == ["BadTransactionStateError", None]

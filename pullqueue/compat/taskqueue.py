@@ -958,7 +958,9 @@ def _ndb_transaction() -> Any:
     tasklets = sys.modules.get("google.appengine.ext.ndb.tasklets")
     if tasklets is None:
         return None
-    context = tasklets.get_context()
+    # The current context as ndb keeps it: ndb's get_context() would make one where there is
+    # none, and a context made outside a request leaves work on ndb's event loop for later.
+    context = getattr(getattr(tasklets, "_state", None), "current_context", None)
     if context is None or not context.in_transaction():
         return None
     return context
