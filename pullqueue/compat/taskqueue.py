@@ -239,10 +239,12 @@ class Task(_CoreTask):
         # checked against the 30-day limit here; see _place_on_backend_clock for other clocks.
         now = time.time()
         if eta is None:
-            self.eta_posix = now + (countdown or 0.0)
-        if self.eta_posix is not None and self.eta_posix - now > limits.MAX_COUNTDOWN_SECONDS:
+            self.eta_posix = now + countdown if countdown else now
+        eta_posix = self.eta_posix
+        if eta_posix is not None and eta_posix - now > limits.MAX_COUNTDOWN_SECONDS:
             raise InvalidEtaError("ETA too far in the future", task=name)
-        self._legacy_options = kwargs.get("retry_options")
+        if kwargs:
+            self._legacy_options = kwargs.get("retry_options")
         if kwargs.get("_size_check", True):
             if len(self.payload) + _LEGACY_SIZE_OVERHEAD > MAX_PULL_TASK_SIZE_BYTES:
                 raise TaskTooLargeError(
@@ -683,7 +685,7 @@ class Queue:
     def _add_now(
         self, tasks: list[_CoreTask], single: bool, derived: list[Task]
     ) -> Task | list[Task]:
-        built = [(item, item.eta_posix) for item in derived]
+        built = [item.eta_posix for item in derived]
         try:
             with _legacy_rpc:
                 if derived:
@@ -691,10 +693,12 @@ class Queue:
                 if single:
                     return self._queue.add(tasks[0])  # type: ignore[return-value]
                 return self._queue.add(tasks)  # type: ignore[return-value]
-        finally:
-            for item, eta_posix in built:
+        except BaseException:
+            # A task the add did not take keeps the ETA it was built with.
+            for item, eta_posix in zip(derived, built, strict=True):
                 if item.eta_posix is None:
                     item.eta_posix = eta_posix
+            raise
 
     def _add_on_commit(
         self, tasks: list[_CoreTask], single: bool, derived: list[Task]
@@ -900,6 +904,7 @@ def _check_add_order(tasks: list[_CoreTask]) -> list[Task]:
         )
     names: set[str] = set()
     derived: list[Task] = []
+    handle: _CoreTask | None = None
     for task in tasks:
         name = task.name
         if name:
@@ -912,15 +917,16 @@ def _check_add_order(tasks: list[_CoreTask]) -> list[Task]:
             raise BadTaskStateError("The task has already been enqueued.", task=name)
         if task._eta is None and task.eta_posix is not None:
             derived.append(task)  # type: ignore[arg-type]
-    for task in tasks:
-        if type(task) is _NameOnlyTask:
-            # The SDK's Task(name=...) is a push task (method POST): the queue, not the SDK,
-            # refuses it, so this comes after the checks above.
-            raise InvalidQueueModeError(
-                "a Task without a payload only names a task (to delete it); a pull task needs"
-                " a payload: Task(payload=..., method='PULL')",
-                task=task.name,
-            )
+        if handle is None and type(task) is _NameOnlyTask:
+            handle = task
+    if handle is not None:
+        # The SDK's Task(name=...) is a push task (method POST): the queue, not the SDK,
+        # refuses it, so this comes after the checks above.
+        raise InvalidQueueModeError(
+            "a Task without a payload only names a task (to delete it); a pull task needs"
+            " a payload: Task(payload=..., method='PULL')",
+            task=handle.name,
+        )
     return derived
 
 
