@@ -305,6 +305,8 @@ def test_a_naive_eta_is_utc_and_transactional_adds_outside_a_transaction_are_ref
 def test_an_eta_is_set_at_construction_and_an_immediate_task_is_due_when_added() -> None:
     """Task(countdown=n).eta and Task().eta are set by Task(), as in the SDK; what an add then
     keeps is documented in docs/migration-guide.md (the table of remaining differences)."""
+    import datetime as dt
+
     from tests.conformance.harness import FakeClock
 
     before = time.time()
@@ -315,6 +317,10 @@ def test_an_eta_is_set_at_construction_and_an_immediate_task_is_due_when_added()
     assert before + 15 <= later.eta_posix <= after + 15
     assert before <= now.eta_posix <= after
     assert taskqueue.Task(name="handle").eta is not None
+    with pytest.raises(taskqueue.InvalidQueueModeError):  # a name handle, whatever its eta
+        taskqueue.Queue("q", backend=MemoryBackend()).add(
+            taskqueue.Task(name="handle", eta=dt.datetime.now(dt.timezone.utc))
+        )
     with pytest.raises(taskqueue.InvalidEtaError):
         taskqueue.Task(payload=b"x", method="PULL", countdown=30 * 86400 + 300)
 
