@@ -276,3 +276,22 @@ def test_a_transactional_add_outside_ndb_leaves_ndb_untouched() -> None:
     worker.start()
     worker.join(30)
     assert seen == ["BadTransactionStateError", None]
+
+
+def test_a_transactional_add_in_a_db_transaction_is_refused_saying_ndb_is_joined(
+    side: Side,
+) -> None:
+    """The older db API's transactions have no commit hook to add the tasks at: pullqueue refuses
+    the add with what to do (the SDK joins them; docs/migration-guide.md lists the difference)."""
+    from google.appengine.ext import db
+
+    def place_order() -> None:
+        side.queue.add(side.tq.Task(payload=b"a", method="PULL"), transactional=True)
+
+    if side.name == "sdk":
+        db.run_in_transaction(place_order)
+        assert side.tasks() == [b"a"]
+    else:
+        with pytest.raises(compat.BadTransactionStateError, match="ndb transactions only"):
+            db.run_in_transaction(place_order)
+        assert side.tasks() == []

@@ -705,6 +705,12 @@ class Queue:
     ) -> Task | list[Task]:
         context = _ndb_transaction()
         if context is None:
+            if _in_db_transaction():
+                raise BadTransactionStateError(
+                    "pullqueue joins ndb transactions only, not db.run_in_transaction: add the"
+                    " tasks after the transaction returns, or run it with ndb.transaction",
+                    queue=self.name,
+                )
             raise BadTransactionStateError(
                 "Transactional adds are not allowed outside of transactions: call add inside an"
                 " ndb transaction (the tasks are added when it commits), or without"
@@ -957,6 +963,14 @@ _MAX_TRANSACTIONAL_TASKS = 5
 
 _transactional_tasks: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 """Tasks added so far by each ndb transaction's context (forgotten with the context)."""
+
+
+def _in_db_transaction() -> bool:
+    """Whether a transaction of the SDK's older datastore API (db.run_in_transaction) is open."""
+    datastore = sys.modules.get("google.appengine.api.datastore")
+    if datastore is None:
+        return False
+    return bool(datastore.IsInTransaction())
 
 
 def _ndb_transaction() -> Any:
