@@ -35,11 +35,15 @@ class Task:
     backend when not given), `eta_posix`, `retry_count`, `lease_token`, `queue_name`,
     `was_added`, `was_deleted`. `retry_limit` (legacy `task_retry_limit`) caps how many times
     the task may be leased; a backend that honours it deletes the task instead of leasing it again.
+    `_legacy_options` (never set here) holds what the legacy-shaped `compat.taskqueue.Task` keeps
+    beside these fields (its TaskRetryOptions): the slot lives here so a backend's task can be
+    re-labelled as the legacy class in place.
     """
 
     __slots__ = (
         "_countdown",
         "_eta",
+        "_legacy_options",
         "eta_posix",
         "lease_token",
         "name",

@@ -8,12 +8,14 @@ limits are checked once and the configured backend (memory, Pub/Sub, legacy queu
 from __future__ import annotations
 
 import datetime as dt
+import sys
+import time
+import typing as _typing
 import urllib.parse
-from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar, overload
+import weakref
+from collections.abc import Iterable as _Iterable
 
 from pullqueue import limits
-from pullqueue.adapters.base import Backend
 from pullqueue.compat import apiproxy_errors
 from pullqueue.errors import (
     BadTaskStateError,
@@ -46,9 +48,17 @@ from pullqueue.errors import (
 )
 from pullqueue.errors import DeadlineExceededError as _CoreDeadlineExceededError
 from pullqueue.queue import Queue as _CoreQueue
-from pullqueue.queue import validate_deadline, validate_queue_name, validate_task_name
-from pullqueue.task import USEC
+from pullqueue.queue import validate_deadline as _validate_deadline
+from pullqueue.queue import validate_queue_name as _validate_queue_name
+from pullqueue.queue import validate_task_name as _validate_task_name
+from pullqueue.task import USEC as _USEC
 from pullqueue.task import Task as _CoreTask
+
+if _typing.TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any
+
+    from pullqueue.adapters.base import Backend
 
 
 class TransactionalRequestTooLargeError(TaskTooLargeError):
@@ -168,8 +178,9 @@ class Task(_CoreTask):
     """A pull task, shaped like the legacy `taskqueue.Task` (method 'PULL' only).
 
     Fields as in the legacy API: name, payload, tag, eta, eta_posix, retry_count, queue_name,
-    was_enqueued, was_deleted, size, method. The ETA of a task without `eta` is taken from the
-    backend's clock when the task is added.
+    was_enqueued, was_deleted, size, method, retry_options. As in the SDK the ETA is set here
+    (now + countdown) and an ETA more than 30 days ahead is refused here; a task with neither eta
+    nor countdown is due the moment it is added (see _place_on_backend_clock).
 
     `Task(name='job-42')`, without a payload, is a handle on a task by its name, as legacy code
     builds one to delete or lease-check a task: delete_tasks and modify_task_lease accept it,
@@ -204,7 +215,7 @@ class Task(_CoreTask):
         if name:
             if not isinstance(name, str):
                 raise InvalidTaskNameError(f"the task name must be a string, not {name!r}")
-            validate_task_name(name)
+            _validate_task_name(name)
         if payload is None:
             if type(self) is not _NameOnlyTask:
                 raise InvalidTaskError("payload must be specified for pull task", task=name)
@@ -221,7 +232,19 @@ class Task(_CoreTask):
                     countdown = float(countdown) if not isinstance(countdown, bool) else countdown
                 except (TypeError, ValueError) as exc:
                     raise InvalidTaskError("Countdown must be a number", task=name) from exc
+                except OverflowError as exc:
+                    raise InvalidTaskError("Countdown out of range", task=name) from exc
         super().__init__(payload, name=name or None, tag=tag, eta=eta, countdown=countdown)
+        # As the SDK: the ETA is fixed now, from this process's clock (now + countdown), and
+        # checked against the 30-day limit here; see _place_on_backend_clock for other clocks.
+        now = time.time()
+        if eta is None:
+            self.eta_posix = now + countdown if countdown else now
+        eta_posix = self.eta_posix
+        if eta_posix is not None and eta_posix - now > limits.MAX_COUNTDOWN_SECONDS:
+            raise InvalidEtaError("ETA too far in the future", task=name)
+        if kwargs:
+            self._legacy_options = kwargs.get("retry_options")
         if kwargs.get("_size_check", True):
             if len(self.payload) + _LEGACY_SIZE_OVERHEAD > MAX_PULL_TASK_SIZE_BYTES:
                 raise TaskTooLargeError(
@@ -252,11 +275,14 @@ class Task(_CoreTask):
         return len(self.payload) + _LEGACY_SIZE_OVERHEAD
 
     @property
-    def retry_options(self) -> None:
-        """Always None: the legacy SDK drops a pull task's retry options before they reach the
-        service (only the queue's retry_parameters apply), so pullqueue accepts and drops them.
+    def retry_options(self) -> TaskRetryOptions | None:
+        """The TaskRetryOptions given to the constructor (None for a leased task), as the SDK.
+
+        Like the SDK, pullqueue does not send a pull task's retry options to the queue: only
+        the queue's retry_parameters (queue.yaml) limit a pull task's leases.
         """
-        return None
+        options: TaskRetryOptions | None = getattr(self, "_legacy_options", None)
+        return options
 
     @property
     def headers(self) -> dict[str, str]:
@@ -365,7 +391,7 @@ def _legacy_keywords(payload: Any, name: str | None, kwargs: dict[str, Any]) -> 
 def _encode_params(params: dict[Any, Any]) -> str:
     pairs: list[tuple[str, str]] = []
     for key, value in params.items():
-        if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        if isinstance(value, str | bytes) or not isinstance(value, _Iterable):
             pairs.append((_text(key), _text(value)))
         else:
             pairs.extend((_text(key), _text(item)) for item in value)
@@ -384,34 +410,67 @@ def _as_legacy(task: _CoreTask) -> Task:
     return task  # type: ignore[return-value]
 
 
-T = TypeVar("T")
+_T = _typing.TypeVar("_T")
 
 
-class RPC(Generic[T]):
+class RPC(_typing.Generic[_T]):
     """A finished call, as `create_rpc()` returns in the legacy API: get_result() returns or raises.
 
     pullqueue calls complete before the *_async method returns; the object keeps the legacy
-    shape (deadline, callback, wait, check_success, get_result) so asynchronous code runs as is.
+    shape (service, state, deadline, callback, wait, check_success, get_result) so asynchronous
+    code runs as is. Where the SDK's ndb is loaded the object is also an ndb Future, so an ndb
+    tasklet can `yield` it (as it yields the SDK's UserRPC) and receives the call's result.
     """
+
+    service = "taskqueue"
+    IDLE, RUNNING, FINISHING = 0, 1, 2
+    """The states of the SDK's apiproxy_rpc.RPC; a pullqueue call is FINISHING once made."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> RPC[_T]:
+        if cls is RPC:
+            tasklet_rpc = _tasklet_rpc_class()
+            if tasklet_rpc is not None:
+                return object.__new__(tasklet_rpc)
+        return object.__new__(cls)
 
     def __init__(
         self, deadline: float | None = None, callback: Callable[[], None] | None = None
     ) -> None:
         if deadline is not None:
-            validate_deadline(deadline)
+            _validate_deadline(deadline)
         self.deadline = deadline
         self.callback = callback
-        self._result: T | None = None
-        self._error: BaseException | None = None
+        self.method: str | None = None
+        self._result: _T | None = None
+        self._exception: BaseException | None = None
+        self._traceback: _typing.Any = None
         self._done = False
 
-    def _finish(self, call: Callable[[], T]) -> RPC[T]:
+    @property
+    def state(self) -> int:
+        """FINISHING once a call was made with this RPC, IDLE before."""
+        return self.FINISHING if self._done else self.IDLE
+
+    def _finish(self, method: str, call: Callable[[], _T]) -> RPC[_T]:
+        if self._done:
+            raise BadTaskStateError("this RPC was already used for a call; create a new one")
+        self.method = method
         try:
-            self._result = call()
+            result = call()
         except (Error, apiproxy_errors.Error) as exc:
-            self._error = exc
-        self._done = True
+            self._set_exception(exc, exc.__traceback__)
+        else:
+            self._set_result(result)
         return self
+
+    def _set_result(self, result: _T) -> None:
+        self._result = result
+        self._done = True
+
+    def _set_exception(self, exc: BaseException, tb: _typing.Any) -> None:
+        self._exception = exc
+        self._traceback = tb
+        self._done = True
 
     def wait(self) -> None:
         """Return once the call is done (it always is), running the callback once."""
@@ -422,15 +481,51 @@ class RPC(Generic[T]):
     def check_success(self) -> None:
         """Raise the call's error, if it failed."""
         self.wait()
-        if self._error is not None:
-            raise self._error
+        if self._exception is not None:
+            raise self._exception
 
-    def get_result(self) -> T:
+    def get_result(self) -> _T:
         """The call's result, or its error raised."""
         self.check_success()
         if not self._done:
             raise BadTaskStateError("this RPC was never used for a call")
         return self._result  # type: ignore[return-value]
+
+
+_tasklet_rpc: list[type[RPC[_typing.Any]]] = []
+
+
+def _tasklet_rpc_class() -> type[RPC[_typing.Any]] | None:
+    """RPC made an ndb Future too, once the SDK's ndb is imported (else None: nothing to join).
+
+    ndb tasklets yield UserRPCs and Futures only; a Future already done hands its result (or
+    its exception) to the tasklet on the next turn of ndb's event loop.
+    """
+    if _tasklet_rpc:
+        return _tasklet_rpc[0]
+    tasklets = sys.modules.get("google.appengine.ext.ndb.tasklets")
+    if tasklets is None:
+        return None
+    future: _typing.Any = tasklets.Future
+
+    class TaskletRPC(RPC, future):  # type: ignore[misc, type-arg]
+        """An RPC that is also an ndb Future (completed when the call is made)."""
+
+        def __init__(
+            self, deadline: float | None = None, callback: Callable[[], None] | None = None
+        ) -> None:
+            future.__init__(self, "pullqueue.compat.taskqueue RPC")
+            RPC.__init__(self, deadline, callback)
+
+        def _set_result(self, result: _typing.Any) -> None:
+            future.set_result(self, result)
+
+        def _set_exception(self, exc: BaseException, tb: _typing.Any) -> None:
+            future.set_exception(self, exc, tb)
+
+    TaskletRPC.__name__ = TaskletRPC.__qualname__ = "RPC"
+    _tasklet_rpc.append(TaskletRPC)
+    return TaskletRPC
 
 
 def create_rpc(
@@ -490,7 +585,7 @@ class QueueStatistics:
         cls, queue_or_queues: Queue | str | Iterable[Queue | str], deadline: float = 10
     ) -> QueueStatistics | list[QueueStatistics]:
         """Statistics of one queue (a Queue or a name) or a list of them, in the order asked."""
-        validate_deadline(deadline)
+        _validate_deadline(deadline)
         if not queue_or_queues:
             return []
         return cls.fetch_async(queue_or_queues, create_rpc(deadline)).get_result()
@@ -514,7 +609,7 @@ class QueueStatistics:
             stats = [q._statistics() for q in queues]
             return stats if wants_list else stats[0]
 
-        return (rpc or RPC())._finish(fetch)
+        return (rpc or RPC())._finish("FetchQueueStats", fetch)
 
 
 class Queue:
@@ -526,7 +621,7 @@ class Queue:
     def __init__(self, name: str = _DEFAULT_QUEUE, backend: Backend | None = None) -> None:
         # Workers build a Queue per request: only the name is checked here (as the SDK does);
         # the backend, when not given, is looked up on the first call that needs it.
-        self._name = validate_queue_name(name)
+        self._name = _validate_queue_name(name)
         self._backend = backend
         self._core: _CoreQueue | None = None
 
@@ -560,10 +655,10 @@ class Queue:
 
     # add
 
-    @overload
+    @_typing.overload
     def add(self, task: _CoreTask, transactional: bool = False) -> Task: ...
 
-    @overload
+    @_typing.overload
     def add(self, task: Iterable[_CoreTask], transactional: bool = False) -> list[Task]: ...
 
     def add(
@@ -573,23 +668,92 @@ class Queue:
 
         Per-task failures (TaskAlreadyExistsError, TombstonedTaskError) are raised after the
         other tasks were added; check `was_enqueued` to see which were.
+
+        transactional=True inside an ndb transaction adds the tasks when it commits, and not at
+        all if it rolls back (the legacy guarantee); outside one it raises
+        BadTransactionStateError, as the SDK does.
         """
-        if transactional:
-            raise BadTransactionStateError(
-                "transactional adds need a datastore transaction, which pullqueue does not"
-                " join: add the tasks after the transaction commits",
-                queue=self.name,
-            )
-        if isinstance(task, _CoreTask):
-            _check_payload([task])
-            with _legacy_rpc:
-                return self._queue.add(task)  # type: ignore[return-value]
-        tasks = list(task)
+        single = isinstance(task, _CoreTask)
+        tasks: list[_CoreTask] = [task] if isinstance(task, _CoreTask) else list(task)
         if not tasks:
             return []
-        _check_payload(tasks)
-        with _legacy_rpc:
-            return self._queue.add(tasks)  # type: ignore[return-value]
+        derived = _check_add_order(tasks)
+        if transactional:
+            return self._add_on_commit(tasks, single, derived)
+        return self._add_now(tasks, single, derived)
+
+    def _add_now(
+        self, tasks: list[_CoreTask], single: bool, derived: list[Task]
+    ) -> Task | list[Task]:
+        built = [item.eta_posix for item in derived]
+        try:
+            with _legacy_rpc:
+                if derived:
+                    _place_on_backend_clock(derived, self._queue.backend)
+                if single:
+                    return self._queue.add(tasks[0])  # type: ignore[return-value]
+                return self._queue.add(tasks)  # type: ignore[return-value]
+        except BaseException:
+            # A task the add did not take keeps the ETA it was built with.
+            for item, eta_posix in zip(derived, built, strict=True):
+                if item.eta_posix is None:
+                    item.eta_posix = eta_posix
+            raise
+
+    def _add_on_commit(
+        self, tasks: list[_CoreTask], single: bool, derived: list[Task]
+    ) -> Task | list[Task]:
+        context = _ndb_transaction()
+        if context is None:
+            if _in_db_transaction():
+                raise BadTransactionStateError(
+                    "pullqueue joins ndb transactions only, not db.run_in_transaction: add the"
+                    " tasks after the transaction returns, or run it with ndb.transaction",
+                    queue=self.name,
+                )
+            raise BadTransactionStateError(
+                "Transactional adds are not allowed outside of transactions: call add inside an"
+                " ndb transaction (the tasks are added when it commits), or without"
+                " transactional=True",
+                queue=self.name,
+            )
+        for item in tasks:
+            if item.name:
+                raise InvalidTaskNameError(
+                    "A task bound to a transaction cannot be named.",
+                    queue=self.name,
+                    task=item.name,
+                )
+        size = sum(len(item.payload) + _LEGACY_SIZE_OVERHEAD for item in tasks)
+        if size > MAX_TRANSACTIONAL_REQUEST_SIZE_BYTES:
+            raise TransactionalRequestTooLargeError(
+                f"Transactional request size must be less than"
+                f" {MAX_TRANSACTIONAL_REQUEST_SIZE_BYTES}; found {size}",
+                queue=self.name,
+            )
+        added = _transactional_tasks.get(context, 0) + len(tasks)
+        if added > _MAX_TRANSACTIONAL_TASKS:
+            raise DatastoreError(
+                f"Too many messages, maximum allowed {_MAX_TRANSACTIONAL_TASKS}: a transaction"
+                f" adds at most {_MAX_TRANSACTIONAL_TASKS} tasks, as on the legacy service; add"
+                " the others without transactional=True after it commits",
+                queue=self.name,
+            )
+        # Every limit is checked now, so the add made at commit fails only if the backend does.
+        self._queue._check_add(tasks)
+        _transactional_tasks[context] = added
+        # As the SDK, the call answers the tasks marked enqueued in this queue, and they are not
+        # updated if the transaction rolls back; an unnamed task gets its name at the commit.
+        for item in tasks:
+            item.was_added, item.queue_name = True, self.name
+
+        def add_at_commit() -> None:
+            for item in tasks:
+                item.was_added = False
+            self._add_now(tasks, single, derived)
+
+        context.call_on_commit(add_at_commit)
+        return tasks[0] if single else tasks  # type: ignore[return-value]
 
     def add_async(
         self,
@@ -598,13 +762,13 @@ class Queue:
         rpc: RPC[Any] | None = None,
     ) -> RPC[Any]:
         """As add(), the result delivered by rpc.get_result()."""
-        return (rpc or RPC())._finish(lambda: self.add(task, transactional))
+        return (rpc or RPC())._finish("BulkAdd", lambda: self.add(task, transactional))
 
     # lease
 
     def lease_tasks(self, lease_seconds: float, max_tasks: int, deadline: float = 10) -> list[Task]:
         """Lease up to max_tasks available tasks (ETA passed), oldest ETA first."""
-        validate_deadline(deadline, self.name)
+        _validate_deadline(deadline, self.name)
         with _legacy_rpc:
             tasks = self._queue.lease(lease_seconds, max_tasks, deadline=deadline)
         for task in tasks:
@@ -616,7 +780,9 @@ class Queue:
     ) -> RPC[list[Task]]:
         """As lease_tasks(), the result delivered by rpc.get_result()."""
         deadline = (rpc.deadline if rpc is not None else None) or 10
-        return (rpc or RPC())._finish(lambda: self.lease_tasks(lease_seconds, max_tasks, deadline))
+        return (rpc or RPC())._finish(
+            "QueryAndOwnTasks", lambda: self.lease_tasks(lease_seconds, max_tasks, deadline)
+        )
 
     def lease_tasks_by_tag(
         self,
@@ -630,7 +796,7 @@ class Queue:
         When the oldest available task is untagged, the untagged tasks among the max_tasks
         oldest are leased (the legacy rule).
         """
-        validate_deadline(deadline, self.name)
+        _validate_deadline(deadline, self.name)
         if isinstance(tag, bytes):
             tag = tag.decode("utf-8")
         with _legacy_rpc:
@@ -651,7 +817,8 @@ class Queue:
         """As lease_tasks_by_tag(), the result delivered by rpc.get_result()."""
         deadline = (rpc.deadline if rpc is not None else None) or 10
         return (rpc or RPC())._finish(
-            lambda: self.lease_tasks_by_tag(lease_seconds, max_tasks, tag, deadline)
+            "QueryAndOwnTasks",
+            lambda: self.lease_tasks_by_tag(lease_seconds, max_tasks, tag, deadline),
         )
 
     def modify_task_lease(self, task: _CoreTask, lease_seconds: float) -> None:
@@ -664,10 +831,10 @@ class Queue:
 
     # delete
 
-    @overload
+    @_typing.overload
     def delete_tasks(self, task: _CoreTask) -> Task: ...
 
-    @overload
+    @_typing.overload
     def delete_tasks(self, task: Iterable[_CoreTask]) -> list[Task]: ...
 
     def delete_tasks(self, task: _CoreTask | Iterable[_CoreTask]) -> Task | list[Task]:
@@ -682,12 +849,12 @@ class Queue:
         self, task: _CoreTask | Iterable[_CoreTask], rpc: RPC[Any] | None = None
     ) -> RPC[Any]:
         """As delete_tasks(), the result delivered by rpc.get_result()."""
-        return (rpc or RPC())._finish(lambda: self.delete_tasks(task))
+        return (rpc or RPC())._finish("Delete", lambda: self.delete_tasks(task))
 
-    @overload
+    @_typing.overload
     def delete_tasks_by_name(self, task_name: str) -> Task: ...  # type: ignore[overload-overlap]
 
-    @overload
+    @_typing.overload
     def delete_tasks_by_name(self, task_name: Iterable[str]) -> list[Task]: ...
 
     def delete_tasks_by_name(self, task_name: str | Iterable[str]) -> Task | list[Task]:
@@ -700,7 +867,7 @@ class Queue:
         self, task_name: str | Iterable[str], rpc: RPC[Any] | None = None
     ) -> RPC[Any]:
         """As delete_tasks_by_name(), the result delivered by rpc.get_result()."""
-        return (rpc or RPC())._finish(lambda: self.delete_tasks_by_name(task_name))
+        return (rpc or RPC())._finish("Delete", lambda: self.delete_tasks_by_name(task_name))
 
     def purge(self) -> None:
         """Remove every task from the queue; their names stay tombstoned."""
@@ -711,7 +878,7 @@ class Queue:
 
     def fetch_statistics(self, deadline: float = 10) -> QueueStatistics:
         """The queue's QueueStatistics."""
-        validate_deadline(deadline, self.name)
+        _validate_deadline(deadline, self.name)
         return self._statistics()
 
     def fetch_statistics_async(self, rpc: RPC[Any] | None = None) -> RPC[Any]:
@@ -721,7 +888,7 @@ class Queue:
     def _statistics(self) -> QueueStatistics:
         with _legacy_rpc:
             stats = self._queue.stats()
-        oldest = None if stats.oldest_eta is None else round(stats.oldest_eta * USEC)
+        oldest = None if stats.oldest_eta is None else round(stats.oldest_eta * _USEC)
         return QueueStatistics(
             self,
             stats.tasks,
@@ -731,22 +898,99 @@ class Queue:
         )
 
 
-def _check_payload(tasks: Iterable[_CoreTask]) -> None:
+def _check_add_order(tasks: list[_CoreTask]) -> list[Task]:
+    """The SDK's checks of an add, in its order; returns the tasks whose ETA came from the clock.
+
+    Too many tasks first, then task by task a repeated name and a task already added, then a
+    task without a payload (the SDK's push task, which the pull queue refuses).
+    """
+    if len(tasks) > MAX_TASKS_PER_ADD:
+        raise TooManyTasksError(
+            f"No more than {MAX_TASKS_PER_ADD} tasks can be added in a single call"
+        )
+    names: set[str] = set()
+    derived: list[Task] = []
+    handle: _CoreTask | None = None
     for task in tasks:
-        if type(task) is _NameOnlyTask:
-            # The SDK's Task(name=...) is a push task (method POST), refused by a pull queue.
-            raise InvalidQueueModeError(
-                "a Task without a payload only names a task (to delete it); a pull task needs"
-                " a payload: Task(payload=..., method='PULL')",
-                task=task.name,
-            )
+        name = task.name
+        if name:
+            if name in names:
+                raise DuplicateTaskNameError(
+                    f"The task name {name!r} is used more than once in the request", task=name
+                )
+            names.add(name)
+        if task.was_added:
+            raise BadTaskStateError("The task has already been enqueued.", task=name)
+        if task._eta is None and task.eta_posix is not None:
+            derived.append(task)  # type: ignore[arg-type]
+        if handle is None and type(task) is _NameOnlyTask:
+            handle = task
+    if handle is not None:
+        # The SDK's Task(name=...) is a push task (method POST): the queue, not the SDK,
+        # refuses it, so this comes after the checks above.
+        raise InvalidQueueModeError(
+            "a Task without a payload only names a task (to delete it); a pull task needs"
+            " a payload: Task(payload=..., method='PULL')",
+            task=handle.name,
+        )
+    return derived
+
+
+def _place_on_backend_clock(tasks: list[Task], backend: Backend) -> None:
+    """Put tasks whose ETA was now + countdown at construction on the backend's clock.
+
+    A task without eta or countdown is due the moment it is added, on every backend (on Pub/Sub
+    it stays a message without an `eta` attribute, as the wire format has it). A countdown keeps
+    the ETA set at construction on this process's clock (every production backend), as in the
+    SDK; a backend on another clock (an injected test clock) counts it from its own now.
+    """
+    other_clock: bool | None = None
+    now = 0.0
+    for task in tasks:
+        if not task._countdown:
+            task.eta_posix = None
+            continue
+        if other_clock is None:
+            before = time.time()
+            now = backend.now()
+            other_clock = not before <= now <= time.time()
+        if other_clock:
+            task.eta_posix = now + task._countdown
+
+
+_MAX_TRANSACTIONAL_TASKS = 5
+"""The legacy limit of transactional tasks per datastore transaction (the SDK's stub keeps it)."""
+
+_transactional_tasks: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+"""Tasks added so far by each ndb transaction's context (forgotten with the context)."""
+
+
+def _in_db_transaction() -> bool:
+    """Whether a transaction of the SDK's older datastore API (db.run_in_transaction) is open."""
+    datastore = sys.modules.get("google.appengine.api.datastore")
+    if datastore is None:
+        return False
+    return bool(datastore.IsInTransaction())
+
+
+def _ndb_transaction() -> Any:
+    """The context of the current ndb transaction, or None (no ndb loaded, or no transaction)."""
+    tasklets = sys.modules.get("google.appengine.ext.ndb.tasklets")
+    if tasklets is None:
+        return None
+    # The current context as ndb keeps it: ndb's get_context() would make one where there is
+    # none, and a context made outside a request leaves work on ndb's event loop for later.
+    context = getattr(getattr(tasklets, "_state", None), "current_context", None)
+    if context is None or not context.in_transaction():
+        return None
+    return context
 
 
 def _named(name: str) -> Task:
     if not isinstance(name, str):
         raise InvalidTaskNameError(f"a task name must be a string, not {name!r}")
     task = Task.__new__(Task)
-    _CoreTask.__init__(task, b"", name=validate_task_name(name))
+    _CoreTask.__init__(task, b"", name=_validate_task_name(name))
     return task
 
 
