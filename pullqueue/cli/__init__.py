@@ -1,7 +1,7 @@
 """The `pullqueue` command: one group and one module per subcommand, all in this package.
 
-Each subcommand (demo, migrate, plan, stats, tasks, dead-letters, work) lives in its own module
-here and shares the options, error handling and exit codes of `pullqueue.cli.base`, so every
+Each subcommand (bridge, demo, migrate, plan, stats, tasks, dead-letters, work) lives in its own
+module here and shares the options, error handling and exit codes of `pullqueue.cli.base`, so every
 command reads and fails the same way and a new one has an obvious home.
 """
 
@@ -11,6 +11,7 @@ import click
 
 from pullqueue import __version__
 from pullqueue.cli.base import EXIT_STATUS_HELP, Group
+from pullqueue.cli.bridge import bridge
 from pullqueue.cli.deadletters import dead_letters
 from pullqueue.cli.demo import demo
 from pullqueue.cli.migrate import migrate
@@ -46,6 +47,7 @@ cli.add_command(tasks)
 cli.add_command(dead_letters)
 cli.add_command(plan)
 cli.add_command(migrate)
+cli.add_command(bridge)
 
 
 def main() -> None:
