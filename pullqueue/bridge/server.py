@@ -43,9 +43,11 @@ def is_loopback(host: str) -> bool:
 
 
 async def _start(bridge: Bridge, host: str, port: int) -> tuple[web.AppRunner, int]:
-    runner = web.AppRunner(bridge.application(), access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        bridge.application(), access_log=None, handle_signals=False, shutdown_timeout=30.0
+    )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, shutdown_timeout=30.0, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()
     return runner, int(runner.addresses[0][1])
 
