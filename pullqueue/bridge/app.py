@@ -100,11 +100,11 @@ class Bridge:
     async def _rpc(self, request: web.Request) -> web.Response:
         if request.method != "POST":
             return _refuse(405, f"{RPC_PATH} takes POST, not {request.method}")
-        if request.content_type != wire.PROTOCOL_CONTENT_TYPE:
+        # The header as sent (aiohttp's content_type reads a missing one as octet-stream).
+        sent = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if sent != wire.PROTOCOL_CONTENT_TYPE:
             return _refuse(
-                415,
-                f"content type must be {wire.PROTOCOL_CONTENT_TYPE}, not"
-                f" {request.content_type or 'none'}",
+                415, f"content type must be {wire.PROTOCOL_CONTENT_TYPE}, not {sent or 'none'}"
             )
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
             return _refuse(413, f"the body is over {MAX_BODY_BYTES} bytes")
