@@ -185,3 +185,54 @@ def test_another_service_is_an_error_naming_it() -> None:
             apiproxy_errors.CallNotFoundError, match="memcache service is not served here"
         ):
             apiproxy_stub_map.MakeSyncCall("memcache", "Get", request, response)
+
+
+def test_other_services_are_forwarded_byte_for_byte_to_the_upstream() -> None:
+    from aiohttp import web
+
+    from pullqueue.bridge.proto.remote_api_pb2 import Response
+    from pullqueue.bridge.server import BackgroundBridge
+
+    received: list[tuple[bytes, dict[str, str]]] = []
+    memcache_answer = b"\x0b\x12\x01k\x1a\x05value\x0c"  # MemcacheGetResponse: one item k=value
+
+    async def upstream_rpc(request: web.Request) -> web.Response:
+        received.append((await request.read(), dict(request.headers)))
+        body = Response(response=memcache_answer).SerializeToString()
+        return web.Response(body=body, content_type="application/octet-stream")
+
+    class Upstream:
+        def application(self) -> web.Application:
+            app = web.Application()
+            app.router.add_post("/rpc_http", upstream_rpc)
+            return app
+
+    upstream = BackgroundBridge(Upstream())  # type: ignore[arg-type]
+    upstream.start()
+    try:
+        with (
+            running_bridge(MemoryBackend(), upstream=f"127.0.0.1:{upstream.port}") as server,
+            sdk_through_bridge(server.port) as stub,
+        ):
+            from google.appengine.api import apiproxy_stub_map
+            from google.appengine.api.memcache import memcache_service_pb2
+            from google.appengine.ext.remote_api import remote_api_bytes_pb2
+
+            apiproxy_stub_map.apiproxy.RegisterStub("memcache", stub)
+            request = memcache_service_pb2.MemcacheGetRequest(key=[b"k"])
+            response = memcache_service_pb2.MemcacheGetResponse()
+            apiproxy_stub_map.MakeSyncCall("memcache", "Get", request, response)
+            from google.appengine.api import taskqueue as tq
+
+            tq.Queue("still-served").add(tq.Task(payload="x", method="PULL"))
+    finally:
+        upstream.stop()
+    assert [(item.key, item.value) for item in response.item] == [(b"k", b"value")]
+    [(body, headers)] = received
+    sent = remote_api_bytes_pb2.Request.FromString(body)
+    assert (sent.service_name, sent.method) == ("memcache", "Get")
+    assert sent.request == request.SerializeToString()
+    assert body == sent.SerializeToString()
+    assert headers["X-Google-RPC-Service-Deadline"] and headers["Content-Type"] == (
+        "application/octet-stream"
+    )
