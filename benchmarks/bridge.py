@@ -97,6 +97,47 @@ def in_thread() -> None:
     default_api_stub.DefaultApiStub.SetUseRequestSecurityTicketForThread(True)
 
 
+class RawQueue:
+    """A minimal client of the bridge's protocol (one keep-alive connection per queue object):
+    what the bridge adds, without the SDK's own work (it builds a Task object per task)."""
+
+    def __init__(self, port: int, name: str) -> None:
+        import http.client
+
+        self.connection = http.client.HTTPConnection("127.0.0.1", port)
+        self.name = name.encode()
+
+    def _call(self, method: str, request: Any, answer: Any) -> Any:
+        from pullqueue.bridge.proto.remote_api_pb2 import Request, Response
+
+        body = Request(
+            service_name="taskqueue",
+            method=method,
+            request=request.SerializeToString(),
+            request_id="bench",
+        ).SerializeToString()
+        self.connection.request(
+            "POST", "/rpc_http", body=body, headers={"Content-Type": "application/octet-stream"}
+        )
+        reply = Response.FromString(self.connection.getresponse().read())
+        return answer.FromString(reply.response)
+
+    def lease_tasks(self, lease_seconds: float, max_tasks: int) -> list[bytes]:
+        from pullqueue.bridge.proto import taskqueue_service_pb2 as pb
+
+        ask = pb.TaskQueueQueryAndOwnTasksRequest(
+            queue_name=self.name, lease_seconds=lease_seconds, max_tasks=max_tasks
+        )
+        reply = self._call("QueryAndOwnTasks", ask, pb.TaskQueueQueryAndOwnTasksResponse)
+        return [task.task_name for task in reply.task]
+
+    def delete_tasks(self, names: list[bytes]) -> None:
+        from pullqueue.bridge.proto import taskqueue_service_pb2 as pb
+
+        ask = pb.TaskQueueDeleteRequest(queue_name=self.name, task_name=names)
+        self._call("Delete", ask, pb.TaskQueueDeleteResponse)
+
+
 def fill(queue: Any, task_class: Any, count: int) -> None:
     for start in range(0, count, 100):
         queue.add([task_class(payload=f"p{i}", method="PULL") for i in range(start, start + 100)])
@@ -159,20 +200,28 @@ def one_run(backend: str, clients: int, per_client: int) -> dict[str, float]:
     port = free_port()
     with bridge_process(url, port):
         tq = sdk_taskqueue(port)
-        fill(tq.Queue(QUEUE), tq.Task, tasks)
+        fill(tq.Queue(QUEUE), tq.Task, 2 * tasks)
         rate_br, lat_br = pairs(lambda: tq.Queue(QUEUE), clients, per_client, in_thread)
+        rate_raw, lat_raw = pairs(lambda: RawQueue(port, QUEUE), clients, per_client, lambda: None)
     return {
         "in_process_pairs_s": rate_in,
         "bridge_pairs_s": rate_br,
+        "raw_pairs_s": rate_raw,
         "in_process_call_ms": statistics.median(lat_in) * 1e3,
         "bridge_call_ms": statistics.median(lat_br) * 1e3,
+        "raw_call_ms": statistics.median(lat_raw) * 1e3,
     }
 
 
 def throughput(args: argparse.Namespace) -> None:
     print(
-        f"{'backend':8} {'clients':>7} {'in-process pairs/s':>19} {'bridge pairs/s':>15}"
-        f" {'ratio':>6} {'call ms in-proc':>16} {'call ms bridge':>15} {'added ms':>9}"
+        "pairs/s: in-process (pullqueue.compat), through the bridge by the Python SDK, and by a"
+        " minimal protocol client; ms: median per call; added: bridge minus in-process"
+    )
+    print(
+        f"{'backend':8} {'clients':>7} {'in-proc/s':>10} {'sdk/s':>8} {'ratio':>6}"
+        f" {'proto/s':>8} {'ratio':>6} {'ms in-proc':>10} {'ms sdk':>8} {'ms proto':>9}"
+        f" {'added sdk':>10} {'added proto':>12}"
     )
     for backend in args.backends:
         for clients in args.clients:
@@ -181,12 +230,14 @@ def throughput(args: argparse.Namespace) -> None:
                 one_run(backend, clients, max(per_client // clients, 5)) for _ in range(args.runs)
             ]
             med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-            ratio = med["bridge_pairs_s"] / med["in_process_pairs_s"]
-            added = med["bridge_call_ms"] - med["in_process_call_ms"]
+            base = med["in_process_pairs_s"]
             print(
-                f"{backend:8} {clients:7d} {med['in_process_pairs_s']:19.0f}"
-                f" {med['bridge_pairs_s']:15.0f} {ratio:6.2f} {med['in_process_call_ms']:16.3f}"
-                f" {med['bridge_call_ms']:15.3f} {added:9.3f}",
+                f"{backend:8} {clients:7d} {base:10.0f} {med['bridge_pairs_s']:8.0f}"
+                f" {med['bridge_pairs_s'] / base:6.2f} {med['raw_pairs_s']:8.0f}"
+                f" {med['raw_pairs_s'] / base:6.2f} {med['in_process_call_ms']:10.3f}"
+                f" {med['bridge_call_ms']:8.3f} {med['raw_call_ms']:9.3f}"
+                f" {med['bridge_call_ms'] - med['in_process_call_ms']:10.3f}"
+                f" {med['raw_call_ms'] - med['in_process_call_ms']:12.3f}",
                 flush=True,
             )
 

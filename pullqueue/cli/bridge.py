@@ -124,7 +124,8 @@ def bridge(
             shown = f"[{host}]" if ":" in host else host
             click.echo(
                 f"pullqueue bridge: serving taskqueue at http://{shown}:{bound}/rpc_http on"
-                f" {backend.url} (apps: API_HOST={host} API_PORT={bound})",
+                f" {backend.url} (apps: API_HOST={host} API_PORT={bound})"
+                + (f"; metrics at :{endpoint.port}/metrics" if endpoint is not None else ""),
                 err=True,
             )
 

@@ -365,3 +365,31 @@ def test_sigterm_finishes_calls_in_flight_gives_leases_back_and_exits_0(
         assert sorted(t.payload for t in again) == sorted(f"held-{i}".encode() for i in range(50))
     finally:
         backend.close()
+
+
+def test_metrics_port_serves_the_bridges_calls() -> None:
+    import urllib.request
+
+    port, metrics_port = free_port(), free_port()
+    process = _bridge_process("--listen", f"127.0.0.1:{port}", "--metrics-port", str(metrics_port))
+    try:
+        assert f"metrics at :{metrics_port}/metrics" in _wait_ready(process)
+        for _ in range(3):
+            _post(
+                port,
+                "POST",
+                _envelope("BulkAdd", _add(queue="counted")),
+                {"Content-Type": "application/octet-stream"},
+            )
+        _post(port, "POST", b"junk", {"Content-Type": "application/octet-stream"})
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
+            text = page.read().decode()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+    calls = [line for line in text.splitlines() if line.startswith("pullqueue_bridge_calls")]
+    assert any(
+        'rpc_method="BulkAdd"' in line and 'outcome="ok"' in line and line.endswith(" 3.0")
+        for line in calls
+    ), calls
+    assert any('outcome="parse_error"' in line for line in calls), calls
