@@ -111,16 +111,21 @@ def test_threads_lease_and_delete_every_task_once(served: Served) -> None:
     errors: list[BaseException] = []
 
     def worker() -> None:
+        # Until every task came and three leases in a row were empty since (a task handed out
+        # twice would then be seen twice), or nothing came for 30 s (a task lost).
         use_ticket_in_this_thread()
-        empty = 0
+        empty, last = 0, time.monotonic()
         try:
-            while empty < 3:
+            while time.monotonic() - last < 30:
                 tasks = tq.Queue("threads").lease_tasks_by_tag(60, 25)
                 if not tasks:
                     empty += 1
+                    with lock:
+                        if empty >= 3 and sum(seen.values()) >= 400:
+                            return
                     time.sleep(0.2)
                     continue
-                empty = 0
+                empty, last = 0, time.monotonic()
                 with lock:
                     seen.update(t.payload for t in tasks)
                     batches.append({t.tag for t in tasks})

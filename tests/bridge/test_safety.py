@@ -291,6 +291,22 @@ def test_a_non_loopback_listen_needs_a_ticket(tmp_path: Any) -> None:
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(60) == 0
+    port = free_port()
+    process = _bridge_process(
+        "--listen", f"0.0.0.0:{port}", env={"PULLQUEUE_BRIDGE_TICKET": "from-the-env"}
+    )
+    try:
+        _wait_ready(process)
+        status, content = _post(
+            port,
+            "POST",
+            _envelope("FetchQueueStats", b"\x12\x01q", ticket="from-the-env"),
+            {"Content-Type": "application/octet-stream"},
+        )
+        assert not Response.FromString(content).HasField("application_error")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
 
 
 def test_sigterm_finishes_calls_in_flight_gives_leases_back_and_exits_0(
