@@ -21,7 +21,8 @@ func main() {
 	total := flag.Int("tasks", 2000, "tasks to add")
 	tags := flag.Int("tags", 50, "tags to spread them over")
 	workers := flag.Int("workers", 4, "goroutines leasing at once")
-	idle := flag.Duration("idle", 5*time.Second, "stop once every lease came back empty this long")
+	idle := flag.Duration("idle", 30*time.Second, "stop once every lease came back empty this long")
+	settle := flag.Duration("settle", time.Second, "once every task was seen, stop after this long empty (a task handed out twice would still show)")
 	flag.Parse()
 	ctx := appengine.BackgroundContext()
 
@@ -61,7 +62,8 @@ func main() {
 				}
 				mu.Lock()
 				if len(tasks) == 0 {
-					done := time.Since(lastTask) > *idle
+					quiet := time.Since(lastTask)
+					done := quiet > *idle || (len(counts) >= *total && quiet > *settle)
 					mu.Unlock()
 					if done {
 						return
