@@ -1,8 +1,9 @@
 """The `pullqueue` command: one group and one module per subcommand, all in this package.
 
-Each subcommand (demo, migrate, plan, stats, tasks, dead-letters, work, console) lives in its own
-module here and shares the options, error handling and exit codes of `pullqueue.cli.base`, so every
-command reads and fails the same way and a new one has an obvious home.
+Each subcommand (bridge, console, demo, migrate, plan, stats, tasks, dead-letters, work) lives
+in its own module here and shares the options, error handling and exit codes of
+`pullqueue.cli.base`, so every command reads and fails the same way and a new one has an obvious
+home.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import click
 
 from pullqueue import __version__
 from pullqueue.cli.base import EXIT_STATUS_HELP, Group
+from pullqueue.cli.bridge import bridge
 from pullqueue.cli.console import console
 from pullqueue.cli.deadletters import dead_letters
 from pullqueue.cli.demo import demo
@@ -47,6 +49,7 @@ cli.add_command(tasks)
 cli.add_command(dead_letters)
 cli.add_command(plan)
 cli.add_command(migrate)
+cli.add_command(bridge)
 cli.add_command(console)
 
 

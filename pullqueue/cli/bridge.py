@@ -1,0 +1,160 @@
+"""`pullqueue bridge`: serve the App Engine taskqueue API to unmodified apps, on any backend.
+
+The command parses options, checks the listen address and the ticket, connects the backend and
+runs `pullqueue.bridge.serve` until SIGTERM; the bridge itself lives in `pullqueue.bridge`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import click
+
+from pullqueue.cli.base import (
+    EXIT_STATUS_HELP,
+    EXIT_USAGE,
+    Command,
+    Count,
+    connect_backend,
+    fail,
+    url_option,
+)
+from pullqueue.metrics import serve_prometheus
+
+TICKET_ENV = "PULLQUEUE_BRIDGE_TICKET"
+
+
+@click.command(
+    "bridge",
+    cls=Command,
+    epilog="""\b
+Examples:
+  pullqueue bridge --url pubsub://my-project
+  API_HOST=127.0.0.1 API_PORT=10001 python main.py      # the app, unchanged
+  pullqueue bridge --url pubsub://my-project --upstream appengine.googleapis.internal:10001
+  pullqueue bridge --listen 0.0.0.0:10001 --ticket-file /secrets/ticket --metrics-port 9464
+
+"""
+    + EXIT_STATUS_HELP
+    + """
+Here 0 means it stopped cleanly on SIGTERM or SIGINT (calls in flight finished, the
+backend closed), 1 that it could not serve (the message says why).""",
+)
+@url_option()
+@click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    default="127.0.0.1:10001",
+    show_default=True,
+    help="Address to serve /rpc_http and /healthz on; an address other than loopback needs a"
+    f" ticket (--ticket-file or env {TICKET_ENV}).",
+)
+@click.option(
+    "--upstream",
+    metavar="HOST:PORT",
+    help="Forward calls to other services (datastore, memcache, ...) unchanged to this service"
+    " bridge, e.g. appengine.googleapis.internal:10001 [default: answer them with an error].",
+)
+@click.option(
+    "--ticket-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help=f"File holding the security ticket every call must carry [default: env {TICKET_ENV},"
+    " else none (loopback only)].",
+)
+@click.option(
+    "--metrics-port",
+    type=Count(0, 65535),
+    metavar="PORT",
+    help="Serve Prometheus metrics on this port at /metrics; needs the metrics extra: pip"
+    " install 'pullqueue[metrics]'.",
+)
+def bridge(
+    url: str | None,
+    listen: str,
+    upstream: str | None,
+    ticket_file: Path | None,
+    metrics_port: int | None,
+) -> None:
+    """Serve the App Engine taskqueue API at http://HOST:PORT/rpc_http, on a pullqueue backend.
+
+    Apps keep their code and their SDK (Python appengine-python-standard, Go
+    google.golang.org/appengine): point API_HOST and API_PORT at the bridge and their
+    lease_tasks / LeaseByTag / delete calls reach the backend, with the legacy semantics and
+    errors. One bridge per worker instance (a sidecar) is the intended shape.
+    """
+    try:
+        from pullqueue.bridge import Bridge, serve
+        from pullqueue.bridge.server import is_loopback, parse_listen
+    except ImportError as exc:
+        fail(f"the bridge needs its extra: pip install 'pullqueue[bridge]' ({exc})", EXIT_USAGE)
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--listen'") from None
+    if upstream is not None:
+        try:
+            parse_listen(upstream)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--upstream'") from None
+    ticket = _ticket(ticket_file)
+    if ticket is None and not is_loopback(host):
+        raise click.UsageError(
+            f"--listen {listen} is reachable from other machines: give a ticket every call must"
+            f" carry (--ticket-file FILE or env {TICKET_ENV}), or listen on 127.0.0.1"
+        )
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    endpoint = None
+    if metrics_port is not None:
+        try:
+            endpoint = serve_prometheus(metrics_port)
+        except ImportError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--metrics-port'") from exc
+        except OSError as exc:
+            raise click.BadParameter(
+                f"cannot serve metrics on port {metrics_port}: {exc.strerror or exc}",
+                param_hint="'--metrics-port'",
+            ) from exc
+    backend = connect_backend(url, shared=True)
+    try:
+        server = Bridge(backend, ticket=ticket, upstream=upstream)
+
+        def ready(bound: int) -> None:
+            shown = f"[{host}]" if ":" in host else host
+            click.echo(
+                f"pullqueue bridge: serving taskqueue at http://{shown}:{bound}/rpc_http on"
+                f" {backend.url} (apps: API_HOST={host} API_PORT={bound})"
+                + (f"; metrics at :{endpoint.port}/metrics" if endpoint is not None else ""),
+                err=True,
+            )
+
+        try:
+            serve(server, host, port, on_ready=ready)
+        except OSError as exc:
+            fail(
+                f"cannot listen on {listen}: {exc.strerror or exc}; pick a free address with"
+                " --listen HOST:PORT",
+                EXIT_USAGE,
+            )
+    finally:
+        backend.close()
+        if endpoint is not None:
+            endpoint.close()
+    click.echo("pullqueue bridge: stopped (calls in flight finished, backend closed)", err=True)
+
+
+def _ticket(path: Path | None) -> str | None:
+    """The ticket from --ticket-file, else env PULLQUEUE_BRIDGE_TICKET, else None."""
+    if path is not None:
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.BadParameter(
+                f"cannot read {str(path)!r}: {exc}", param_hint="'--ticket-file'"
+            ) from None
+        if not text:
+            raise click.BadParameter(f"{str(path)!r} is empty", param_hint="'--ticket-file'")
+        return text
+    text = os.environ.get(TICKET_ENV, "").strip()
+    return text or None
