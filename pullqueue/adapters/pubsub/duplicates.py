@@ -53,8 +53,8 @@ def warn_once(queue: str) -> None:
         _warned = True
     log.warning(
         "queue %r: named tasks are published to Pub/Sub without a uniqueness check"
-        " (PULLQUEUE_ACCEPT_DUPLICATE_NAMES is set and PULLQUEUE_DEDUPE_URL is not): a name"
-        " added twice becomes two tasks, and a delete by name reaches only tasks this process"
-        " saw. This is said once per process.",
+        " (duplicate names are accepted, PULLQUEUE_ACCEPT_DUPLICATE_NAMES, and no"
+        " PULLQUEUE_DEDUPE_URL registry is set): a name added twice becomes two tasks, and a"
+        " delete by name reaches only tasks this process saw. This is said once per process.",
         queue,
     )
