@@ -7,6 +7,8 @@ command reads and fails the same way and a new one has an obvious home.
 
 from __future__ import annotations
 
+import warnings
+
 import click
 
 from pullqueue import __version__
@@ -50,4 +52,7 @@ cli.add_command(migrate)
 
 def main() -> None:
     """Console-script entry point."""
+    # google-api-core warns at import, under Python 3.10, that it will stop supporting it;
+    # pullqueue supports 3.10, and a command's stderr is for the command's own messages.
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.api_core")
     cli()
