@@ -47,7 +47,7 @@ class Outcome:
 
 def run(retry: RetryParameters, tasks: int, outage: float, concurrency: int) -> Outcome:
     project = f"outage-{uuid.uuid4().hex[:8]}"
-    backend = connect(f"pubsub://{project}", auto_create=True)
+    backend = connect(f"pubsub://{project}", auto_create=True, accept_duplicate_names=True)
     queue = Queue("outage", backend)
     queue.add([Task(f"{i}", name=f"task{i}") for i in range(tasks)])
     calls: list[tuple[float, str, bool]] = []

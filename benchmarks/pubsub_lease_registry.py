@@ -50,7 +50,13 @@ def main(argv: list[str] | None = None) -> None:
     queues = {
         mode: Queue(
             f"lease-{i}",
-            PubSubBackend(project, settings=Settings(), auto_create=True, names=names),
+            PubSubBackend(
+                project,
+                settings=Settings(),
+                auto_create=True,
+                names=names,
+                accept_duplicate_names=names is None,  # the baseline: names unchecked
+            ),
         )
         for i, (mode, names) in enumerate(registries.items())
     }

@@ -74,7 +74,13 @@ def run(*, rounds: int, calls: int, batch: int) -> None:
         "firestore://": connect_registry(f"firestore://{project}?collection={collection}"),
     }
     backends = {
-        mode: PubSubBackend(project, settings=Settings(), auto_create=True, names=names)
+        mode: PubSubBackend(
+            project,
+            settings=Settings(),
+            auto_create=True,
+            names=names,
+            accept_duplicate_names=names is None,  # the baseline: names unchecked
+        )
         for mode, names in registries.items()
     }
     queues = {

@@ -86,6 +86,12 @@ class Settings(BaseSettings):
     dedupe_url: str | None = Field(
         None, description="Task-name registry: memory:// or firestore://PROJECT[/DATABASE]."
     )
+    accept_duplicate_names: bool = Field(
+        False,
+        description="Pub/Sub without PULLQUEUE_DEDUPE_URL: publish named tasks without a"
+        " uniqueness check (a name added twice is two tasks; warned once per process) instead"
+        " of refusing them with ConfigurationError.",
+    )
     tombstone_seconds: float = Field(
         7 * 24 * 3600.0, gt=0, description="How long a deleted task name stays tombstoned."
     )

@@ -27,7 +27,9 @@ from pullqueue.adapters.base import Backend
 from pullqueue.adapters.delegating import DelegatingBackend
 from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.compat import taskqueue
+from pullqueue.config import Settings
 from pullqueue.errors import Error
+from pullqueue.links import source_url
 from pullqueue.migrate import MigrationReport, drain
 from pullqueue.queue import Queue
 from pullqueue.registry import connect
@@ -50,15 +52,46 @@ class QueueInUseError(Error):
 
 def destination(url: str | None) -> tuple[str, dict[str, Any]]:
     """The destination URL and connect() options: --url, else PULLQUEUE_URL, else the Pub/Sub
-    emulator when PUBSUB_EMULATOR_HOST is set (topics created on the fly), else memory://."""
+    emulator when PUBSUB_EMULATOR_HOST is set (topics created on the fly), else memory://.
+
+    The demo's tasks are named; on Pub/Sub their names stay unique through the registry
+    PULLQUEUE_DEDUPE_URL names, else an in-process one (`memory://`: the demo's producer,
+    migration and workers share one backend), unless PULLQUEUE_ACCEPT_DUPLICATE_NAMES says
+    duplicates are accepted."""
+    options: dict[str, Any] = {}
     if url:
-        return url, {}
-    if os.environ.get("PULLQUEUE_URL"):
-        return os.environ["PULLQUEUE_URL"], {}
-    if os.environ.get("PUBSUB_EMULATOR_HOST"):
+        chosen = url
+    elif os.environ.get("PULLQUEUE_URL"):
+        chosen = os.environ["PULLQUEUE_URL"]
+    elif os.environ.get("PUBSUB_EMULATOR_HOST"):
         project = os.environ.get("PULLQUEUE_DEMO_PROJECT") or DEFAULT_PROJECT
-        return f"pubsub://{project}", {"auto_create": True}
-    return "memory://", {}
+        chosen, options = f"pubsub://{project}", {"auto_create": True}
+    else:
+        return "memory://", {}
+    settings = Settings()
+    named_unchecked = not settings.dedupe_url and not settings.accept_duplicate_names
+    if chosen.startswith("pubsub:") and named_unchecked:
+        options["dedupe_url"] = "memory://"
+    return chosen, options
+
+
+def names_note(url: str, options: dict[str, Any]) -> str | None:
+    """What the demo does about task names on Pub/Sub, and what a service sets instead."""
+    if not url.startswith("pubsub:"):
+        return None
+    how = source_url("docs/dedupe.md")
+    if options.get("dedupe_url") == "memory://":
+        return (
+            "task names: kept unique by an in-process registry (memory://); a service with"
+            f" several processes sets PULLQUEUE_DEDUPE_URL=firestore://PROJECT ({how})"
+        )
+    settings = Settings()
+    if settings.dedupe_url:
+        return f"task names: kept unique by the registry {settings.dedupe_url}"
+    return (
+        "task names: not checked (PULLQUEUE_ACCEPT_DUPLICATE_NAMES is set); set"
+        f" PULLQUEUE_DEDUPE_URL=firestore://PROJECT to keep them unique ({how})"
+    )
 
 
 def produce(
@@ -243,6 +276,9 @@ def run_demo(
     source = MemoryBackend()
     dest_url, connect_options = destination(url)
     dest = Tally(connect(dest_url, **connect_options))
+    note = names_note(dest_url, connect_options)
+    if note is not None:
+        console.print(note)
     web = None
     try:
         if web_console is not None:

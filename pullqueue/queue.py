@@ -157,14 +157,23 @@ class Queue:
         self._check_add(tasks)
         outcomes = self.backend.add(self.name, tasks)
         first: Error | None = None
-        added = 0
-        for item, outcome in zip(tasks, outcomes, strict=True):
-            if outcome is None:
-                added += 1
+        if any(outcomes):
+            added = 0
+            for item, outcome in zip(tasks, outcomes, strict=True):
+                if outcome is None:
+                    added += 1
+                    item.was_added = True
+                    item.queue_name = self.name
+                elif first is None or isinstance(
+                    first, TaskAlreadyExistsError | TombstonedTaskError
+                ):
+                    first = outcome
+        else:  # every task added, the common case: no per-task branch
+            name = self.name
+            for item in tasks:
                 item.was_added = True
-                item.queue_name = self.name
-            elif first is None or isinstance(first, TaskAlreadyExistsError | TombstonedTaskError):
-                first = outcome
+                item.queue_name = name
+            added = len(tasks)
         if added:
             metrics.sent.add(added, metrics.queue_attributes(self.backend.url, self.name))
         if first is not None:
@@ -263,6 +272,21 @@ class Queue:
     def delete(self, tasks: Task | Iterable[Task]) -> list[Task]:
         """Delete tasks; each gets was_deleted True, or False when it was already gone."""
         items: list[Task] = [tasks] if isinstance(tasks, Task) else list(tasks)
+        # Whole-batch checks pass the common case (every name given once, none deleted yet);
+        # otherwise the item-by-item check finds the first bad task and names it.
+        names = {item.name for item in items}
+        if (
+            len(names) != len(items)
+            or None in names
+            or "" in names
+            or any(item.was_deleted for item in items)
+        ):
+            self._check_delete(items)
+        for item, deleted in zip(items, self.backend.delete(self.name, items), strict=True):
+            item.was_deleted = deleted
+        return items
+
+    def _check_delete(self, items: list[Task]) -> None:
         names: set[str] = set()
         for item in items:
             if not item.name:
@@ -278,9 +302,6 @@ class Queue:
                     task=item.name,
                 )
             names.add(item.name)
-        for item, deleted in zip(items, self.backend.delete(self.name, items), strict=True):
-            item.was_deleted = deleted
-        return items
 
     def delete_by_name(self, names: str | Iterable[str]) -> list[Task]:
         """Delete tasks by name alone (on Pub/Sub only tasks this process holds a lease on)."""

@@ -102,11 +102,21 @@ def test_the_destination_follows_the_environment(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("PULLQUEUE_URL", raising=False)
     monkeypatch.delenv("PUBSUB_EMULATOR_HOST", raising=False)
     assert destination(None) == ("memory://", {})
+    monkeypatch.delenv("PULLQUEUE_DEDUPE_URL", raising=False)
+    monkeypatch.delenv("PULLQUEUE_ACCEPT_DUPLICATE_NAMES", raising=False)
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:8085")
-    assert destination(None) == ("pubsub://pullqueue-demo", {"auto_create": True})
+    # The demo's tasks are named: on Pub/Sub an in-process registry keeps them unique ...
+    in_process = {"auto_create": True, "dedupe_url": "memory://"}
+    assert destination(None) == ("pubsub://pullqueue-demo", in_process)
     monkeypatch.setenv("PULLQUEUE_URL", "pubsub://prod-project")
-    assert destination(None) == ("pubsub://prod-project", {})
+    assert destination(None) == ("pubsub://prod-project", {"dedupe_url": "memory://"})
     assert destination("memory://") == ("memory://", {})
+    # ... unless the environment names a registry or accepts duplicates.
+    monkeypatch.setenv("PULLQUEUE_DEDUPE_URL", "firestore://prod-project")
+    assert destination(None) == ("pubsub://prod-project", {})
+    monkeypatch.delenv("PULLQUEUE_DEDUPE_URL")
+    monkeypatch.setenv("PULLQUEUE_ACCEPT_DUPLICATE_NAMES", "1")
+    assert destination(None) == ("pubsub://prod-project", {})
 
 
 def test_bad_options_say_what_to_fix(tmp_path: Path) -> None:

@@ -76,6 +76,14 @@ def test_mixed_queue_yaml_plans_only_the_pull_queues() -> None:
     assert "not handled: push queues default, mail-out, webhooks" in stderr_text(result)
 
 
+def test_plan_says_what_to_set_for_task_names() -> None:
+    result = run_plan(str(DATA / "mixed.yaml"), "--project", "my-project")
+    plan_json(result)  # stdout stays the JSON alone
+    stderr = stderr_text(result)
+    assert "PULLQUEUE_DEDUPE_URL=firestore://my-project" in stderr
+    assert "PULLQUEUE_ACCEPT_DUPLICATE_NAMES=1" in stderr
+
+
 def test_every_printed_key_is_a_variable_the_module_declares() -> None:
     result = run_plan(
         str(DATA / "mixed.yaml"), "--project", "my-project", "--tag", "report-jobs=daily"

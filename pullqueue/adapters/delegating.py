@@ -57,3 +57,9 @@ class DelegatingBackend:
 
     def queue_identity(self, queue: str) -> str:
         return queue_identity(self.inner, queue)
+
+    def check_named_adds(self, queue: str, *, what: str) -> None:
+        """The inner backend's refusal of named adds, if it has one (Pub/Sub, no registry)."""
+        check = getattr(self.inner, "check_named_adds", None)
+        if callable(check):
+            check(queue, what=what)

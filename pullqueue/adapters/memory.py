@@ -355,11 +355,16 @@ class MemoryBackend:
         with self._lock:
             state = self._queue(queue)
             now = self._clock()
+            # Tasks without an ETA (most) are due now: one rounding for the call, and their
+            # names go into the waiting order as one bucket (one heap push, not one per task).
+            now_eta = round(now * 1e6)
+            now_posix = now_eta / USEC
+            due_now: list[str] = []
             live, used, by_tag = state.tasks, state.used_names, state.by_tag
             push = state.waiting.push
             queue_limit = state.retry_limit
             outcomes: list[Error | None] = []
-            indexed = 0
+            pushed = tagged = 0
             for task in tasks:
                 name = task.name
                 if name is None:
@@ -373,25 +378,31 @@ class MemoryBackend:
                 eta_posix = task.eta_posix
                 if eta_posix is None:
                     eta_posix = task.resolve_eta(now)
-                eta = round(eta_posix * 1e6)
-                task.eta_posix = eta / USEC
+                if eta_posix == now:
+                    eta = now_eta
+                    task.eta_posix = now_posix
+                    due_now.append(name)
+                else:
+                    eta = round(eta_posix * 1e6)
+                    task.eta_posix = eta / USEC
+                    push(eta, name)
+                    pushed += 1
                 limit = task.retry_limit
                 tag = task.tag or None
                 live[name] = _Entry(
                     name, task.payload, tag, eta, queue_limit if limit is None else limit
                 )
                 used.add(name)
-                push(eta, name)
-                if tag is None:
-                    indexed += 1
-                else:
+                if tag is not None:
                     order = by_tag.get(tag)
                     if order is None:
                         order = by_tag[tag] = _EtaOrder()
                     order.push(eta, name)
-                    indexed += 2
+                    tagged += 1
                 outcomes.append(None)
-            state.items += indexed
+            if due_now:
+                state.waiting.push_all(now_eta, due_now)
+            state.items += len(due_now) + pushed + tagged
             state.maybe_compact()
             return outcomes
 

@@ -8,6 +8,8 @@ home.
 
 from __future__ import annotations
 
+import warnings
+
 import click
 
 from pullqueue import __version__
@@ -55,4 +57,7 @@ cli.add_command(console)
 
 def main() -> None:
     """Console-script entry point."""
+    # google-api-core warns at import, under Python 3.10, that it will stop supporting it;
+    # pullqueue supports 3.10, and a command's stderr is for the command's own messages.
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"google\.api_core")
     cli()

@@ -12,8 +12,18 @@ import click
 
 from pullqueue.cli.base import EXIT_STATUS_HELP, EXIT_USAGE, Command, OutputFile, fail
 from pullqueue.errors import Error
-from pullqueue.links import TERRAFORM_EXAMPLE, TERRAFORM_MODULE
+from pullqueue.links import TERRAFORM_EXAMPLE, TERRAFORM_MODULE, source_url
 from pullqueue.plan import build_plan, parse_tag_options, read_queue_yaml, render
+
+
+def names_note(project: str) -> str:
+    """What producers and workers set so task names stay unique on Pub/Sub (docs/dedupe.md)."""
+    return (
+        f"set: PULLQUEUE_DEDUPE_URL=firestore://{project} in producers and workers (task names"
+        " stay unique as on the legacy queue; enable_dedupe_ttl = true in the module), or"
+        " PULLQUEUE_ACCEPT_DUPLICATE_NAMES=1 to add named tasks unchecked: without either, a"
+        f" named add fails ({source_url('docs/dedupe.md')})"
+    )
 
 
 @click.command(
@@ -83,6 +93,8 @@ def plan(
         )
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
+    if result.variables["queues"]:
+        click.echo(names_note(project), err=True)
 
     text = render(result)
     if out is None:

@@ -20,6 +20,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.rpc import code_pb2
 
+from pullqueue.dedupe.firestore_reads import states
 from pullqueue.dedupe.firestore_writes import FieldValue, Writes, send
 from pullqueue.dedupe.memory import DEFAULT_TOMBSTONE_SECONDS
 from pullqueue.dedupe.names import LIVE, TOMBSTONE, blocking_error
@@ -369,9 +370,20 @@ class FirestoreNameRegistry:
     def tombstoned(self, queue: str, names: Sequence[str]) -> set[str]:
         now = self._clock()
         unique = list(dict.fromkeys(names))
-        refs = [self._collection.document(document_id(queue, n)) for n in unique]
+        collection = self._collection.document("_").path.rpartition("/")[0]
+        paths = [f"{collection}/{document_id(queue, n)}" for n in unique]
+        found: dict[str, Any] = {}
         try:
-            snapshots = self._read(refs)
+            for start in range(0, len(paths), MAX_WRITES_PER_BATCH):
+                found.update(
+                    states(
+                        self._client,
+                        paths[start : start + MAX_WRITES_PER_BATCH],
+                        ("state", TTL_FIELD),
+                        retry=self._read_retry,
+                        timeout=self.timeout,
+                    )
+                )
         except Exception as exc:
             error = self._translate(
                 exc,
@@ -383,16 +395,21 @@ class FirestoreNameRegistry:
             if error is None:
                 raise
             raise error from exc
-        found: set[str] = set()
-        for name, ref in zip(unique, refs, strict=True):
-            snapshot = snapshots.get(ref.id)
-            if snapshot is None or not snapshot.exists:
+        tombstoned: set[str] = set()
+        for name, path in zip(unique, paths, strict=True):
+            fields = found.get(path)
+            if fields is None or "state" not in fields:
                 continue
-            data = snapshot.to_dict() or {}
-            expire_at = _posix(data.get(TTL_FIELD))
-            if data.get("state") == TOMBSTONE and (expire_at is None or expire_at > now):
-                found.add(name)
-        return found
+            if fields["state"].string_value != TOMBSTONE:
+                continue
+            expiry = fields.get(TTL_FIELD)  # get: indexing a protobuf map would add the key
+            if (
+                expiry is None
+                or not expiry.HasField("timestamp_value")
+                or expiry.timestamp_value.ToMicroseconds() / 1e6 > now
+            ):
+                tombstoned.add(name)
+        return tombstoned
 
     def purge(self, queue: str) -> None:
         now = self._clock()

@@ -280,6 +280,12 @@ class _Drain:
         at_start = self._probe(self.source, "source")
         self.report.source_tasks_at_start = at_start.tasks if at_start.whole_queue else None
         self._probe(self.dest, "destination")
+        check = getattr(self.dest.backend, "check_named_adds", None)
+        if callable(check):
+            check(
+                self.dest.name,
+                what="the migration copies every task with its name, so nothing was moved",
+            )
 
     @staticmethod
     def _probe(queue: Queue, side: str) -> QueueStats:

@@ -23,7 +23,7 @@ TASKS = 5000
 
 
 def fill_pubsub(project: str, count: int) -> None:
-    backend = connect(f"pubsub://{project}", auto_create=True)
+    backend = connect(f"pubsub://{project}", auto_create=True, dedupe_url="memory://")
     try:
         queue = Queue("jobs", backend)
         for start in range(0, count, 100):

@@ -20,7 +20,8 @@ from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.layout import SHARDS
 from pullqueue.adapters.pubsub.wire import parse_eta
-from pullqueue.errors import NotProvisionedError, UnknownQueueError
+from pullqueue.dedupe import MemoryNameRegistry
+from pullqueue.errors import ConfigurationError, NotProvisionedError, UnknownQueueError
 from pullqueue.migrate import drain
 from pullqueue.migrate.report import iso
 from tests.support.appengine_testbed import appengine_testbed
@@ -87,7 +88,9 @@ def test_sdk_stub_to_pubsub_moves_every_task_and_reports_the_future_one_waiting(
         later = bed.clock() + 3600
         bed.seed("legacy", b"later", name="later", eta=later)
         bed.clock.advance(1)
-        dest_backend = PubSubBackend(project, settings=Settings(), auto_create=True)
+        dest_backend = PubSubBackend(
+            project, settings=Settings(), auto_create=True, names=MemoryNameRegistry()
+        )
         try:
             report = drain(
                 Queue("legacy", bed.backend()),
@@ -120,7 +123,9 @@ def test_dry_run_on_the_sdk_stub_reads_statistics_and_leases_nothing(project: st
         for i in range(30):
             bed.seed("legacy", b"x", name=f"t{i}")
         bed.clock.advance(1)
-        dest_backend = PubSubBackend(project, settings=Settings(), auto_create=True)
+        dest_backend = PubSubBackend(
+            project, settings=Settings(), auto_create=True, names=MemoryNameRegistry()
+        )
         try:
             report = drain(
                 Queue("legacy", bed.backend()), Queue("legacy", dest_backend), dry_run=True
@@ -136,13 +141,35 @@ def test_an_unprovisioned_destination_fails_before_anything_moves(project: str) 
     with appengine_testbed(["legacy"]) as bed:
         bed.seed("legacy", b"x", name="t1")
         bed.clock.advance(1)
-        dest_backend = PubSubBackend(project, settings=Settings(), auto_create=False)
+        dest_backend = PubSubBackend(
+            project, settings=Settings(), auto_create=False, names=MemoryNameRegistry()
+        )
         try:
             with pytest.raises(NotProvisionedError, match="preflight on the destination"):
                 drain(Queue("legacy", bed.backend()), Queue("legacy", dest_backend), **FAST)
         finally:
             dest_backend.close()
         assert [(t.name, t.retry_count) for t in bed.tasks("legacy")] == [("t1", 0)]
+
+
+def test_pubsub_without_a_name_registry_is_refused_before_anything_moves(project: str) -> None:
+    with appengine_testbed(["legacy"]) as bed:
+        for i in range(5):
+            bed.seed("legacy", b"x", name=f"t{i}")
+        bed.clock.advance(1)
+        dest_backend = PubSubBackend(project, settings=Settings(), auto_create=True)
+        try:
+            with pytest.raises(ConfigurationError) as refused:
+                drain(Queue("legacy", bed.backend()), Queue("legacy", dest_backend), **FAST)
+            assert Queue("legacy", dest_backend).lease(60, 1000, deadline=2) == []
+        finally:
+            dest_backend.close()
+        assert sorted((t.name, t.retry_count) for t in bed.tasks("legacy")) == [
+            (f"t{i}", 0) for i in range(5)
+        ]
+    assert "PULLQUEUE_DEDUPE_URL" in str(refused.value)
+    assert "PULLQUEUE_ACCEPT_DUPLICATE_NAMES=1" in str(refused.value)
+    assert "nothing was moved" in str(refused.value)
 
 
 def test_cloud_tasks_to_memory_moves_future_etas_from_the_listing(tmp_path: Path) -> None:
@@ -233,7 +260,9 @@ def test_a_future_eta_reaches_pubsub_in_the_eta_attribute(
             Task(name="now"),
         ]
     )
-    dest_backend = PubSubBackend(project, settings=Settings(), auto_create=True)
+    dest_backend = PubSubBackend(
+        project, settings=Settings(), auto_create=True, names=MemoryNameRegistry()
+    )
     try:
         report = drain(source, Queue("later", dest_backend), **FAST)
     finally:

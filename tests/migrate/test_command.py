@@ -172,3 +172,31 @@ def test_a_second_sigint_aborts_and_a_rerun_finishes(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert source.stats().tasks == 0
     assert file_queue(tmp_path / "dst.db").stats().tasks == 3000
+
+
+def test_pubsub_without_a_name_registry_is_refused_in_one_line(tmp_path: Path) -> None:
+    source = file_queue(tmp_path / "src.db")
+    source.add([Task(b"x", name=f"t{i}") for i in range(3)])
+    env = {
+        key: value
+        for key, value in popen_options(tmp_path)["env"].items()
+        if key not in ("PULLQUEUE_DEDUPE_URL", "PULLQUEUE_ACCEPT_DUPLICATE_NAMES")
+    }
+    done = subprocess.run(
+        migrate_command(tmp_path, to_url=f"pubsub://pq-{uuid.uuid4().hex[:8]}"),
+        cwd=tmp_path,
+        env={**env, "PUBSUB_EMULATOR_HOST": shared_emulator_host("pubsub")}
+        | {"PULLQUEUE_AUTO_CREATE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr  # configuration: a usage error
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "PULLQUEUE_DEDUPE_URL" in errors[0] and "PULLQUEUE_ACCEPT_DUPLICATE_NAMES=1" in errors[0]
+    assert "nothing was moved" in errors[0]
+    left = list(source.backend.list_tasks("jobs"))  # type: ignore[attr-defined]
+    assert sorted(t.name for t in left) == ["t0", "t1", "t2"]
+    assert all(t.retry_count == 0 for t in left)

@@ -77,7 +77,11 @@ class Trial:
 
     def options(self) -> dict[str, Any]:
         return popen_options(
-            self.cwd, PUBSUB_EMULATOR_HOST=self.emulator, PULLQUEUE_AUTO_CREATE="1"
+            self.cwd,
+            PUBSUB_EMULATOR_HOST=self.emulator,
+            PULLQUEUE_AUTO_CREATE="1",
+            # The journal is what keeps a rerun from sending twice here, not a name registry.
+            PULLQUEUE_ACCEPT_DUPLICATE_NAMES="1",
         )
 
     def source_count(self) -> int:

@@ -36,6 +36,7 @@ from pullqueue.adapters.pubsub.wire import (
     PubsubMessagePb,
     format_eta,
 )
+from pullqueue.dedupe import MemoryNameRegistry
 from tests.cli.support import PULLQUEUE, clean_env, run
 from tests.support.emulators import shared_emulator_host
 
@@ -51,7 +52,10 @@ def emulator() -> str:
 @pytest.fixture
 def backend(emulator: str) -> Iterator[PubSubBackend]:
     opened = PubSubBackend(
-        PROJECT, settings=Settings(pubsub_max_delivery_attempts=5), auto_create=True
+        PROJECT,
+        settings=Settings(pubsub_max_delivery_attempts=5),
+        auto_create=True,
+        names=MemoryNameRegistry(),
     )
     yield opened
     opened.close()

@@ -69,6 +69,7 @@ def test_a_working_worker_serves_its_metrics(tmp_path: Path) -> None:
     backend = connect(
         f"pubsub://{PROJECT}",
         auto_create=True,
+        dedupe_url="memory://",
         settings=Settings(pubsub_max_delivery_attempts=5),
     )
     queue = Queue(name, backend)

@@ -38,7 +38,7 @@ def emulator() -> str:
 def pubsub_queue(emulator: str) -> Iterator[str]:
     """A provisioned Pub/Sub queue holding 7 tasks, 2 of them leased by another process."""
     name = f"stats-{uuid.uuid4().hex[:8]}"
-    backend = connect(URL, auto_create=True)
+    backend = connect(URL, auto_create=True, dedupe_url="memory://")
     queue = Queue(name, backend)
     queue.add([Task(b"12345", name=f"t{i}") for i in range(7)])
     assert len(queue.lease(300, 2)) == 2

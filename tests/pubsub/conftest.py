@@ -34,16 +34,24 @@ def project(emulator: str) -> str:
 
 
 @pytest.fixture
-def make_backend(project: str) -> Iterator[MakeBackend]:
-    """Backends on this test's project: make_backend(names=, auto_create=, **settings fields)."""
+def make_backend(project: str, request: pytest.FixtureRequest) -> Iterator[MakeBackend]:
+    """Backends on this test's project: make_backend(names=, auto_create=, **settings fields).
+
+    Without a registry a named add is refused; a test marked `unchecked_names` (names are
+    labels there, or the test is about duplicates) gets backends that accept duplicate names.
+    """
     made: list[PubSubBackend] = []
+    if request.node.get_closest_marker("unchecked_names") is not None:
+        defaults: dict[str, Any] = {"accept_duplicate_names": True}
+    else:
+        defaults = {}
 
     def make(
         *, auto_create: bool = True, names: Any = None, project_id: str | None = None, **fields: Any
     ) -> PubSubBackend:
         backend = PubSubBackend(
             project_id or project,
-            settings=Settings(**fields),
+            settings=Settings(**{**defaults, **fields}),
             auto_create=auto_create,
             names=names,
         )

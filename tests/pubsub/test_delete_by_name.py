@@ -65,6 +65,7 @@ def test_with_a_registry_a_task_deleted_while_another_process_holds_it_never_com
     assert other.lease(60, 10) == []
 
 
+@pytest.mark.unchecked_names
 def test_without_a_registry_this_process_deletes_what_it_added(make_backend: MakeBackend) -> None:
     queue = Queue("local", make_backend())
     queue.add([Task(b"x", name="job-41"), Task(b"y", name="job-42")])
@@ -74,6 +75,7 @@ def test_without_a_registry_this_process_deletes_what_it_added(make_backend: Mak
     assert queue.lease(60, 10) == []
 
 
+@pytest.mark.unchecked_names
 def test_without_a_registry_this_process_drops_what_it_saw_before_the_delete(
     make_backend: MakeBackend,
 ) -> None:
@@ -88,6 +90,7 @@ def test_without_a_registry_this_process_drops_what_it_saw_before_the_delete(
     assert worker.lease(60, 10) == []
 
 
+@pytest.mark.unchecked_names
 def test_without_a_registry_a_name_only_another_process_knows_is_not_deleted(
     make_backend: MakeBackend,
 ) -> None:

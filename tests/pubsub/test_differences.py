@@ -11,6 +11,8 @@ import datetime as dt
 import random
 import time
 
+import pytest
+
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub.layout import shard_of
 from pullqueue.dedupe.memory import MemoryNameRegistry
@@ -21,6 +23,7 @@ def _ago(seconds: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(time.time() - seconds, tz=dt.timezone.utc)
 
 
+@pytest.mark.unchecked_names
 def test_exact_eta_order__a_lease_sorts_what_its_pulls_brought(make_backend: MakeBackend) -> None:
     queue = Queue("order", make_backend())
     rng = random.Random(5)
@@ -32,6 +35,7 @@ def test_exact_eta_order__a_lease_sorts_what_its_pulls_brought(make_backend: Mak
     assert [t.name for t in leased] == names
 
 
+@pytest.mark.unchecked_names
 def test_oldest_tag__follows_the_oldest_task_in_hand(make_backend: MakeBackend) -> None:
     queue = Queue("oldest", make_backend())
     assert shard_of("a") != shard_of("b")
@@ -76,6 +80,7 @@ def test_stats__counts_this_processes_leases_and_held_tasks_approximately(
     assert (mine.stats().tasks, mine.stats().leased) == (2, 2)
 
 
+@pytest.mark.unchecked_names
 def test_names_without_a_registry__duplicates_are_not_detected(make_backend: MakeBackend) -> None:
     queue = Queue("dupes", make_backend())
     queue.add(Task(b"first", name="same"))

@@ -16,10 +16,14 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from pullqueue import Queue, Task, connect
 from pullqueue.compat import taskqueue
 from tests.pubsub.conftest import MakeBackend
 from tests.support.emulators import shared_emulator_host
+
+pytestmark = pytest.mark.unchecked_names  # a name published twice, on purpose: no registry
 
 PULLQUEUE = str(Path(sys.executable).with_name("pullqueue"))
 NAMES = 25
@@ -70,7 +74,7 @@ def test_the_legacy_loop_drains_duplicate_names(make_backend: MakeBackend) -> No
 
 def test_pullqueue_work_drains_duplicate_names(make_backend: MakeBackend, tmp_path: Path) -> None:
     project = make_backend().project
-    backend = connect(f"pubsub://{project}", auto_create=True)
+    backend = connect(f"pubsub://{project}", auto_create=True, accept_duplicate_names=True)
     try:
         _add_twice(Queue("work-twice", backend))
     finally:

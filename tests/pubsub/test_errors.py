@@ -31,6 +31,8 @@ from pullqueue.adapters.pubsub.errors import translate
 from tests.pubsub.conftest import MakeBackend
 from tests.support.emulators import free_port
 
+pytestmark = pytest.mark.unchecked_names  # names are labels here; no registry
+
 
 def test_an_unreachable_server_is_a_transient_error(
     monkeypatch: pytest.MonkeyPatch, project: str

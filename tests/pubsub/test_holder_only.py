@@ -10,6 +10,8 @@ import pytest
 from pullqueue import Queue, Task, TaskLeaseExpiredError
 from tests.pubsub.conftest import MakeBackend
 
+pytestmark = pytest.mark.unchecked_names  # names are labels here; no registry
+
 
 def test_only_the_process_holding_a_lease_can_change_it(make_backend: MakeBackend) -> None:
     holder = Queue("holder", make_backend())

@@ -22,6 +22,8 @@ from pullqueue.adapters.pubsub.wire import ATTR_SET_ASIDE, PubsubMessagePb, deco
 from pullqueue.compat import taskqueue
 from tests.pubsub.conftest import MakeBackend, raw_pull
 
+pytestmark = pytest.mark.unchecked_names  # names are labels here; no registry
+
 HOSTILE: dict[str, dict[str, str]] = {
     "retry_limit superscript two": {"retry_limit": "\u00b2"},
     "retry_limit of 5000 digits": {"retry_limit": "9" * 5000},

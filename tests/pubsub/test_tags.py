@@ -12,12 +12,16 @@ import time
 from collections import Counter
 from dataclasses import replace
 
+import pytest
+
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.layout import ATTR_TAG, shard_of
 from pullqueue.adapters.pubsub.leases import LeaseBook
 from pullqueue.adapters.pubsub.wire import Delivery
 from tests.pubsub.conftest import MakeBackend, raw_pull
+
+pytestmark = pytest.mark.unchecked_names  # names are labels here; no registry
 
 ALPHA, BETA, G = "alpha", "beta-3", "g-28"
 assert shard_of(ALPHA) == shard_of(BETA) == shard_of(G)

@@ -43,7 +43,7 @@ def handle(task):
 
 def _publish_hostile(project: str, queue_name: str) -> None:
     shared_emulator_host("pubsub")
-    backend = connect(f"pubsub://{project}", auto_create=True)
+    backend = connect(f"pubsub://{project}", auto_create=True, dedupe_url="memory://")
     try:
         Queue(queue_name, backend).add(Task(SECRET, name="plain", tag="plain-tag"))
     finally:

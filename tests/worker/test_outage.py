@@ -57,7 +57,7 @@ def _dead_lettered(project: str) -> int:
 def test_a_handler_outage_backs_off_and_nothing_is_dead_lettered(tmp_path: Path) -> None:
     host = shared_emulator_host("pubsub")
     project = f"pq-{uuid.uuid4().hex[:12]}"
-    backend = connect(f"pubsub://{project}", auto_create=True)
+    backend = connect(f"pubsub://{project}", auto_create=True, dedupe_url="memory://")
     try:
         Queue("outage", backend).add([Task(f"{i}", name=f"task{i}") for i in range(TASKS)])
     finally:

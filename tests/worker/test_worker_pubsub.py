@@ -35,7 +35,7 @@ def emulator() -> str:
 
 @pytest.fixture
 def backend(emulator: str) -> Iterator[Backend]:
-    opened = connect(URL, auto_create=True)
+    opened = connect(URL, auto_create=True, dedupe_url="memory://")
     yield opened
     opened.close()
 

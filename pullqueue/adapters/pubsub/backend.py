@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import SplitResult
 
 from pullqueue.adapters.pubsub.claims import Claim, ShardClaims
+from pullqueue.adapters.pubsub.duplicates import check_named, no_registry_error
 from pullqueue.adapters.pubsub.keeper import LeaseKeeper
 from pullqueue.adapters.pubsub.layout import SHARDS, QueueLayout
 from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
@@ -78,8 +79,10 @@ class PubSubBackend:
 
     `names`, when given, is the registry that makes task names unique: names are claimed before
     publishing, given back when a publish fails and tombstoned after a successful delete.
-    Without one a task's name travels in the `task_name` attribute and duplicates are not
-    detected. The registry is the caller's to close, unless `close_names` hands it over.
+    Without one a named add is refused with ConfigurationError, unless `accept_duplicate_names`
+    (default PULLQUEUE_ACCEPT_DUPLICATE_NAMES) says to publish named tasks unchecked: the name
+    then travels in the `task_name` attribute and duplicates are not detected. The registry is
+    the caller's to close, unless `close_names` hands it over.
     """
 
     def __init__(
@@ -90,6 +93,7 @@ class PubSubBackend:
         auto_create: bool | None = None,
         names: NameRegistry | None = None,
         close_names: bool = False,
+        accept_duplicate_names: bool | None = None,
     ) -> None:
         self.settings = settings = settings or Settings()
         if not project:
@@ -104,6 +108,11 @@ class PubSubBackend:
         self.project = project
         self.names = names
         self._close_names = close_names
+        self.accept_duplicate_names = (
+            settings.accept_duplicate_names
+            if accept_duplicate_names is None
+            else accept_duplicate_names
+        )
         self.rpc = PubSubRpc(project, settings.pubsub_rpc_timeout)
         self._provisioner = Provisioner(
             self.rpc, settings, settings.auto_create if auto_create is None else auto_create
@@ -151,7 +160,15 @@ class PubSubBackend:
 
     # Adding
 
+    def check_named_adds(self, queue: str, *, what: str) -> None:
+        """Raise the ConfigurationError a named add would get (no registry, duplicates not
+        accepted) before anything happens; `what` says what the caller did not do then."""
+        if self.names is None and not self.accept_duplicate_names:
+            raise no_registry_error(queue, None, what=what)
+
     def add(self, queue: str, tasks: Sequence[Task]) -> list[Error | None]:
+        if self.names is None:
+            check_named(queue, tasks, accept=self.accept_duplicate_names)
         topology = self.topology(queue)
         now = time.time()
         names = [task.name or new_task_name() for task in tasks]
@@ -1184,8 +1201,8 @@ def _of_tag(tag: str) -> Wanted:
 
 def from_url(url: SplitResult, options: dict[str, Any]) -> PubSubBackend:
     """Build a PubSubBackend for `pubsub://PROJECT` (options: settings, auto_create, names,
-    dedupe_url). Without `names`, a registry is built from `dedupe_url` (default
-    PULLQUEUE_DEDUPE_URL) when one is set, and closed with the backend."""
+    dedupe_url, accept_duplicate_names). Without `names`, a registry is built from `dedupe_url`
+    (default PULLQUEUE_DEDUPE_URL) when one is set, and closed with the backend."""
     if url.path not in ("", "/") or url.query or url.fragment:
         raise ConfigurationError(
             f"expected pubsub://PROJECT, got {url.geturl()!r} (no path or query)"
@@ -1205,6 +1222,7 @@ def from_url(url: SplitResult, options: dict[str, Any]) -> PubSubBackend:
             auto_create=options.get("auto_create"),
             names=names,
             close_names=owned,
+            accept_duplicate_names=options.get("accept_duplicate_names"),
         )
     except BaseException:
         if owned and names is not None:
