@@ -147,8 +147,8 @@ def test_a_task_held_again_keeps_its_first_release_time() -> None:
     # A lease call takes the hand at +1 s and holds it again: due at +2 s as before, not +3 s.
     taken = book.take_held("q", None, 10)
     assert book.hold("q", taken, 2.0, 10, now=pulled + 1.0) == ([], [])
-    assert book.held_due(pulled + 1.9) == {}
-    assert [d.name for d in book.held_due(pulled + 2.0)["q"]] == ["b0", "b1", "b2"]
+    assert book.held_due(pulled + 1.9, "q") == []
+    assert [d.name for d in book.held_due(pulled + 2.0, "q")] == ["b0", "b1", "b2"]
     # Held again once its time is up, it is handed back as due; past the limit, as not fitting.
     assert book.hold("q", deliveries[:1], 2.0, 10, now=pulled + 2.5) == ([], deliveries[:1])
     assert book.hold("q", deliveries, 2.0, 2, now=pulled + 0.5) == (deliveries[2:], [])

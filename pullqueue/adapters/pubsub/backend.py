@@ -7,13 +7,14 @@ docs/pubsub.md explains each mapping, its cost and what differs from the legacy 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 from urllib.parse import SplitResult
@@ -36,6 +37,7 @@ from pullqueue.config import Settings
 from pullqueue.dedupe.base import NameRegistry
 from pullqueue.errors import (
     ConfigurationError,
+    DeadlineExceededError,
     Error,
     TaskLeaseExpiredError,
     TombstonedTaskError,
@@ -69,6 +71,8 @@ EMPTY_RECHECK = 0.5
 """Seconds a subscription found empty is left out of those probes."""
 CLAIMED_RECHECK = 5.0
 """Seconds a shard another process holds the claim of is left out of those probes."""
+SETTLE_WAIT = 1.0
+"""Seconds the keeper waits for a lease call serving the hand before it settles the hand later."""
 
 Wanted = Callable[[Delivery], bool]
 
@@ -111,7 +115,7 @@ class PubSubBackend:
         self._book = LeaseBook()
         self._republisher = Republisher(self.rpc, self._book)
         self._keeper = LeaseKeeper(
-            self._book, self._renew, self._settle_held, settings.pubsub_keeper_period
+            self._book, self._renew, self._settle_due, settings.pubsub_keeper_period
         )
         self._topologies: dict[str, QueueTopology] = {}
         self._topology_lock = threading.Lock()
@@ -120,6 +124,10 @@ class PubSubBackend:
         self._unclaimed: dict[str, set[str]] = {}
         """Queue -> shard subscriptions this process drained finding no token at all."""
         self._claims = ShardClaims(self.rpc, SHARDS)
+        self._hands: dict[str, threading.RLock] = {}
+        """Queue -> the lock of this process's hand: one thread at a time takes from it, pulls
+        into it, claims shards for it and settles it, so a lease from any thread sees every task
+        the process holds (none is out of the hand in another thread's call meanwhile)."""
         self._closed = False
 
     def __repr__(self) -> str:
@@ -216,20 +224,42 @@ class PubSubBackend:
         topology = self.topology(queue)
         end = time.monotonic() + deadline
         if group_by_tag and tag is not None:
-            picked = self._collect(
-                queue,
-                topology,
-                topology.sources_of(tag),
-                max_tasks,
-                end,
-                _of_tag(tag),
-                rotate=False,
-            )
+            with self._hand(queue, end):
+                picked = self._collect(
+                    queue,
+                    topology,
+                    topology.sources_of(tag),
+                    max_tasks,
+                    end,
+                    _of_tag(tag),
+                    rotate=False,
+                )
         elif group_by_tag:
-            picked = self._collect_oldest_group(queue, topology, max_tasks, end)
+            with self._hand(queue, end):
+                picked = self._collect_oldest_group(queue, topology, max_tasks, end)
         else:
             picked = self._collect_any(queue, topology, max_tasks, end)
         return self._grant(queue, topology, picked, lease_seconds)
+
+    def _hand_lock(self, queue: str) -> threading.RLock:
+        with self._topology_lock:
+            return self._hands.setdefault(queue, threading.RLock())
+
+    @contextlib.contextmanager
+    def _hand(self, queue: str, end: float) -> Iterator[None]:
+        """Serve the queue's hand in this thread alone until the block ends: a lease by tag
+        waits for another thread's (up to its deadline) rather than answer from half a hand."""
+        lock = self._hand_lock(queue)
+        if not lock.acquire(timeout=max(end - time.monotonic(), 0.0)):
+            raise DeadlineExceededError(
+                "another thread of this process was serving the queue's held tasks for the"
+                " whole deadline; back off and retry",
+                queue=queue,
+            )
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _collect_any(
         self, queue: str, topology: QueueTopology, max_tasks: int, end: float
@@ -640,6 +670,19 @@ class PubSubBackend:
     def _hold_for(self, topology: QueueTopology) -> float:
         """Seconds a delivery stays in hand after its pull (or its deadline's last extension)."""
         return min(self.settings.pubsub_hold_seconds, topology.ack_deadline / 2)
+
+    def _settle_due(self, now: float) -> None:
+        """The keeper's pass over the hands: settle held deliveries whose time is up, each
+        queue's under its hand lock (one busy serving a lease call is settled on a later pass,
+        or by that call itself)."""
+        for queue in self._book.queues_held():
+            lock = self._hand_lock(queue)
+            if not lock.acquire(timeout=SETTLE_WAIT):
+                continue
+            try:
+                self._settle_held(queue, self._book.held_due(now, queue))
+            finally:
+                lock.release()
 
     def _settle_held(self, queue: str, deliveries: list[Delivery]) -> None:
         """Held deliveries whose time is up: those of shards this process holds the claim of are

@@ -260,15 +260,19 @@ class LeaseBook:
                 del held[delivery.ack_id]
             return taken
 
-    def held_due(self, now: float) -> dict[str, list[Delivery]]:
-        """Remove and return, per queue, the held deliveries whose time is up."""
-        due: dict[str, list[Delivery]] = {}
+    def queues_held(self) -> list[str]:
+        """The queues this process holds deliveries of."""
         with self._lock:
-            for queue, held in self._held.items():
-                expired = [ack for ack, h in held.items() if h.release_at <= now]
-                if expired:
-                    due[queue] = [held.pop(ack).delivery for ack in expired]
-        return due
+            return [queue for queue, held in self._held.items() if held]
+
+    def held_due(self, now: float, queue: str) -> list[Delivery]:
+        """Remove and return the queue's held deliveries whose time is up."""
+        with self._lock:
+            held = self._held.get(queue)
+            if not held:
+                return []
+            expired = [ack for ack, h in held.items() if h.release_at <= now]
+            return [held.pop(ack).delivery for ack in expired]
 
     def next_release(self) -> float | None:
         with self._lock:
