@@ -366,25 +366,13 @@ class PubSubBackend:
         """
         self._book.serving(queue, time.time())
         hand = self._book.take_held(queue, None, self.settings.pubsub_hold_max + max_tasks)
-        drained: set[str] = set()
-        try:
-            hand += self._probe(queue, topology, hand, end)
-            taken: set[str] = set()
-            while candidates := [d for d in hand if d.subscription not in taken]:
-                oldest = min(candidates, key=_age)
-                if oldest.subscription in drained or time.monotonic() >= end:
-                    break
-                drained.add(oldest.subscription)
-                if self._may_drain(queue, topology, oldest.subscription):
-                    hand += self._drain(queue, topology, oldest.subscription, len(hand), end)
-                elif oldest.subscription not in self._unclaimed.get(queue, ()):
-                    taken.add(oldest.subscription)
-            if taken:
-                hand = self._give_to_claimants(queue, topology, hand, taken)
-        except Error:
-            self._hold(queue, topology, hand)
-            raise
+        hand, drained = self._gather(queue, topology, hand, end, fresh=False)
+        if not hand and time.monotonic() < end:
+            # A last look before answering []: every subscription, including those found empty
+            # or claimed a moment ago (tasks may have been given back to them since).
+            hand, drained = self._gather(queue, topology, hand, end, fresh=True)
         if not hand:
+            self._release_claims(queue, topology)
             return []
         hand.sort(key=_age)
         tag = hand[0].tag
@@ -416,6 +404,40 @@ class PubSubBackend:
             )
         self._release_claims(queue, topology)
         return picked
+
+    def _gather(
+        self, queue: str, topology: QueueTopology, hand: list[Delivery], end: float, *, fresh: bool
+    ) -> tuple[list[Delivery], set[str]]:
+        """The hand plus the heads of the subscriptions it has nothing from, with the
+        subscription of the oldest drained into it (again while that changes); and the
+        subscriptions drained. `fresh` ignores the marks of subscriptions found empty or
+        claimed a moment ago.
+
+        Heads of shards another process drains are given back to it, unless nothing else is
+        in hand: then they are served here, so a process never answers [] after giving back
+        tasks it could lease (the claimant may have found the shard empty meanwhile).
+        """
+        drained: set[str] = set()
+        try:
+            hand += self._probe(queue, topology, hand, end, fresh=fresh)
+            taken: set[str] = set()
+            while candidates := [d for d in hand if d.subscription not in taken]:
+                oldest = min(candidates, key=_age)
+                if oldest.subscription in drained or time.monotonic() >= end:
+                    break
+                drained.add(oldest.subscription)
+                if self._may_drain(queue, topology, oldest.subscription):
+                    hand += self._drain(
+                        queue, topology, oldest.subscription, len(hand), end, fresh=fresh
+                    )
+                elif oldest.subscription not in self._unclaimed.get(queue, ()):
+                    taken.add(oldest.subscription)
+            if taken and any(d.subscription not in taken for d in hand):
+                hand = self._give_to_claimants(queue, topology, hand, taken)
+        except Error:
+            self._hold(queue, topology, hand)
+            raise
+        return hand, drained
 
     def _give_to_claimants(
         self, queue: str, topology: QueueTopology, hand: list[Delivery], taken: set[str]
@@ -464,16 +486,23 @@ class PubSubBackend:
             log.warning("queue %r: could not give shard tokens back (%s)", queue, exc)
 
     def _drain(
-        self, queue: str, topology: QueueTopology, source: str, in_hand: int, end: float
+        self,
+        queue: str,
+        topology: QueueTopology,
+        source: str,
+        in_hand: int,
+        end: float,
+        *,
+        fresh: bool = False,
     ) -> list[Delivery]:
         """Pull a subscription until it is empty or the hand is full; the available deliveries.
 
-        One found empty a moment ago (EMPTY_RECHECK) is not pulled again yet.
+        One found empty a moment ago (EMPTY_RECHECK) is not pulled again yet, unless `fresh`.
         """
         room = self.settings.pubsub_hold_max - in_hand
         found: list[Delivery] = []
         marks = self._empty.setdefault(queue, {})
-        if marks.get(source, 0.0) > time.monotonic():
+        if not fresh and marks.get(source, 0.0) > time.monotonic():
             return found
         try:
             while room > len(found) and time.monotonic() < end:
@@ -489,16 +518,23 @@ class PubSubBackend:
         return found
 
     def _probe(
-        self, queue: str, topology: QueueTopology, hand: list[Delivery], end: float
+        self,
+        queue: str,
+        topology: QueueTopology,
+        hand: list[Delivery],
+        end: float,
+        *,
+        fresh: bool = False,
     ) -> list[Delivery]:
         """Pull the head of every subscription nothing in hand came from, side by side.
 
-        A subscription found empty is not asked again for EMPTY_RECHECK seconds; deferred tasks
-        a probe brings are hidden until their ETA, so the probes continue past them.
+        A subscription found empty is not asked again for EMPTY_RECHECK seconds (unless
+        `fresh`); deferred tasks a probe brings are hidden until their ETA, so the probes
+        continue past them.
         """
         now = time.monotonic()
         present = {d.subscription for d in hand}
-        skip = self._empty.get(queue, {})
+        skip = {} if fresh else self._empty.get(queue, {})
         sources = [s for s in topology.sources if s not in present and skip.get(s, 0.0) <= now]
         if not sources:
             return []
