@@ -71,6 +71,9 @@ EMPTY_RECHECK = 0.5
 """Seconds a subscription found empty is left out of those probes."""
 CLAIMED_RECHECK = 5.0
 """Seconds a shard another process holds the claim of is left out of those probes."""
+SIZE_GUESS = 2**20
+"""Bytes per message assumed of a subscription nothing was pulled from yet (the legacy limit of
+a task); after a pull, the largest message it brought, or an eighth of the guess before if more."""
 SETTLE_WAIT = 1.0
 """Seconds the keeper waits for a lease call serving the hand before it settles the hand later."""
 
@@ -124,6 +127,8 @@ class PubSubBackend:
         self._unclaimed: dict[str, set[str]] = {}
         """Queue -> shard subscriptions this process drained finding no token at all."""
         self._claims = ShardClaims(self.rpc, SHARDS)
+        self._sizes: dict[str, int] = {}
+        """Subscription -> bytes per message a pull of it is sized by (see SIZE_GUESS)."""
         self._hands: dict[str, threading.RLock] = {}
         """Queue -> the lock of this process's hand: one thread at a time takes from it, pulls
         into it, claims shards for it and settles it, so a lease from any thread sees every task
@@ -323,7 +328,10 @@ class PubSubBackend:
                 source = active[0]
                 want = max_tasks - len(picked)
                 if wanted is not None:
-                    room = self._book.room(queue, limit)
+                    room = min(
+                        self._book.room(queue, limit),
+                        self._fitting(source, self._room_bytes(queue, 0)),
+                    )
                     if room == 0:
                         break
                     want = min(want + room, 1000)
@@ -428,7 +436,7 @@ class PubSubBackend:
                 drained.add(oldest.subscription)
                 if self._may_drain(queue, topology, oldest.subscription):
                     hand += self._drain(
-                        queue, topology, oldest.subscription, len(hand), end, fresh=fresh
+                        queue, topology, oldest.subscription, hand, end, fresh=fresh
                     )
                 elif oldest.subscription not in self._unclaimed.get(queue, ()):
                     taken.add(oldest.subscription)
@@ -490,32 +498,45 @@ class PubSubBackend:
         queue: str,
         topology: QueueTopology,
         source: str,
-        in_hand: int,
+        hand: list[Delivery],
         end: float,
         *,
         fresh: bool = False,
     ) -> list[Delivery]:
-        """Pull a subscription until it is empty or the hand is full; the available deliveries.
+        """Pull a subscription until it is empty or the hand is full (by count or bytes); the
+        available deliveries.
 
         One found empty a moment ago (EMPTY_RECHECK) is not pulled again yet, unless `fresh`.
         """
-        room = self.settings.pubsub_hold_max - in_hand
+        room = self.settings.pubsub_hold_max - len(hand)
+        room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
         found: list[Delivery] = []
         marks = self._empty.setdefault(queue, {})
         if not fresh and marks.get(source, 0.0) > time.monotonic():
             return found
         try:
             while room > len(found) and time.monotonic() < end:
-                want = min(room - len(found), 1000)
+                want = min(room - len(found), 1000, self._fitting(source, room_bytes))
+                if want == 0:
+                    break
                 ready = self._pull(queue, topology, source, want, end, patient=False, spread=True)
                 if ready is None:
                     marks[source] = time.monotonic() + EMPTY_RECHECK
                     break
                 found += ready
+                room_bytes -= sum(d.size for d in ready)
         except Error:
             self._hold(queue, topology, found)
             raise
         return found
+
+    def _room_bytes(self, queue: str, taken: int) -> int:
+        """Bytes the queue's hand has room for, with `taken` bytes of it out in this call."""
+        return self.settings.pubsub_hold_bytes - self._book.held_bytes(queue) - taken
+
+    def _fitting(self, source: str, room_bytes: int) -> int:
+        """Messages of the subscription that fit in room_bytes, by its size estimate."""
+        return max(room_bytes, 0) // max(self._sizes.get(source, SIZE_GUESS), 1)
 
     def _probe(
         self,
@@ -603,7 +624,9 @@ class PubSubBackend:
         """
         remaining = end - time.monotonic()
         wait = self.settings.pubsub_pull_wait if patient else NEXT_PULL_WAIT
-        total = max(1, min(max_messages, 1000))
+        # One round of pulls brings at most a hand's worth of bytes, by the size estimate.
+        fits = self._fitting(source, self.settings.pubsub_hold_bytes)
+        total = max(1, min(max_messages, 1000, fits))
         parts = min(PARALLEL_PULLS, math.ceil(total / PULL_SHARE)) if spread else 1
         sizes = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
         pulled_at = time.time()
@@ -619,6 +642,8 @@ class PubSubBackend:
             if failure is not None:
                 raise failure
             return None
+        largest = max(item.message.ByteSize() for item in received)
+        self._sizes[source] = max(largest, self._sizes.get(source, SIZE_GUESS) // 8)
         rule = topology.rules[source]
         now = time.time()
         foreign: list[str] = []
@@ -694,7 +719,12 @@ class PubSubBackend:
             return
         hold_for = self._hold_for(topology)
         full, due = self._book.hold(
-            queue, deliveries, hold_for, self.settings.pubsub_hold_max, time.time()
+            queue,
+            deliveries,
+            hold_for,
+            self.settings.pubsub_hold_max,
+            time.time(),
+            self.settings.pubsub_hold_bytes,
         )
         if len(full) + len(due) < len(deliveries):
             self._keeper.poke()
@@ -776,7 +806,12 @@ class PubSubBackend:
             kept += [replace(d, pulled_at=at) for d in items if d.ack_id not in stale]
         if kept:
             full, due = self._book.hold(
-                queue, kept, hold_for, self.settings.pubsub_hold_max, time.time()
+                queue,
+                kept,
+                hold_for,
+                self.settings.pubsub_hold_max,
+                time.time(),
+                self.settings.pubsub_hold_bytes,
             )
             back += full + due
             self._keeper.poke()
