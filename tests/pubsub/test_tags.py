@@ -8,6 +8,7 @@ share a shard (BETA and G are on ALPHA's), so leasing one pulls the others on th
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 from dataclasses import replace
@@ -243,3 +244,25 @@ def test_a_held_task_is_not_kept_once_its_deadline_is_nearly_over(
     late = _delivery("b1", now - deadline * 0.8)
     assert backend._extendable(topology, replace(on_time, subscription=source), now)
     assert not backend._extendable(topology, replace(late, subscription=source), now)
+
+
+def test_a_hand_smaller_than_the_queue_serves_whole_shards_first(
+    make_backend: MakeBackend,
+) -> None:
+    # 4,000 tasks over 200 tags (16 shards, about 250 tasks each) and a hand of 1,000: draining
+    # a shard the hand has no room for fills it with parts of shards, and tags go out in parts.
+    backend = make_backend(pubsub_hold_max=1000)
+    queue = Queue("whole-first", backend)
+    tasks = [Task(f"p{i}".encode(), tag=f"tag-{i % 200}") for i in range(4000)]
+    random.Random(5).shuffle(tasks)
+    for start in range(0, len(tasks), 100):
+        queue.add(tasks[start : start + 100])
+    leases: list[list[Task]] = []
+    give_up = time.monotonic() + 120
+    while sum(map(len, leases)) < len(tasks) and time.monotonic() < give_up:
+        batch = queue.lease(60, 1000, group_by_tag=True)
+        if batch:
+            queue.delete(batch)
+            leases.append(batch)
+    assert sum(map(len, leases)) == len(tasks)
+    assert sorted(len(batch) for batch in leases) == [20] * 200  # every tag in one lease

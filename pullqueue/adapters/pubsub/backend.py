@@ -127,6 +127,9 @@ class PubSubBackend:
         self._unclaimed: dict[str, set[str]] = {}
         """Queue -> shard subscriptions this process drained finding no token at all."""
         self._claims = ShardClaims(self.rpc, SHARDS)
+        self._whole: dict[str, dict[str, tuple[int, int]]] = {}
+        """Queue -> subscription -> most tasks and bytes the hand held of it after a drain to
+        empty: what room a drain of a subscription is expected to need."""
         self._sizes: dict[str, int] = {}
         """Subscription -> bytes per message a pull of it is sized by (see SIZE_GUESS)."""
         self._hands: dict[str, threading.RLock] = {}
@@ -374,16 +377,18 @@ class PubSubBackend:
         """
         self._book.serving(queue, time.time())
         hand = self._book.take_held(queue, None, self.settings.pubsub_hold_max + max_tasks)
-        hand, drained = self._gather(queue, topology, hand, end, fresh=False)
+        hand, drained, partial = self._gather(queue, topology, hand, end, fresh=False)
         if not hand and time.monotonic() < end:
             # A last look before answering []: every subscription, including those found empty
             # or claimed a moment ago (tasks may have been given back to them since).
-            hand, drained = self._gather(queue, topology, hand, end, fresh=True)
+            hand, drained, partial = self._gather(queue, topology, hand, end, fresh=True)
         if not hand:
             self._release_claims(queue, topology)
             return []
         hand.sort(key=_age)
-        tag = hand[0].tag
+        # The oldest of the subscriptions whole in hand: a tag of one the hand had no room for
+        # would be leased in parts.
+        tag = next((d for d in hand if d.subscription not in partial), hand[0]).tag
         if tag is None:
             # The legacy rule: the untagged among the max_tasks oldest tasks.
             picked = [d for d in hand[:max_tasks] if d.tag is None]
@@ -415,29 +420,48 @@ class PubSubBackend:
 
     def _gather(
         self, queue: str, topology: QueueTopology, hand: list[Delivery], end: float, *, fresh: bool
-    ) -> tuple[list[Delivery], set[str]]:
+    ) -> tuple[list[Delivery], set[str], set[str]]:
         """The hand plus the heads of the subscriptions it has nothing from, with the
-        subscription of the oldest drained into it (again while that changes); and the
-        subscriptions drained. `fresh` ignores the marks of subscriptions found empty or
-        claimed a moment ago.
+        subscription of the oldest drained into it (again while that changes); the
+        subscriptions drained, and those of them the hand had no room for all of (their tasks
+        are not candidates for the oldest then, unless nothing else is in hand). `fresh`
+        ignores the marks of subscriptions found empty or claimed a moment ago.
 
         Heads of shards another process drains are given back to it, unless nothing else is
         in hand: then they are served here, so a process never answers [] after giving back
         tasks it could lease (the claimant may have found the shard empty meanwhile).
         """
         drained: set[str] = set()
+        partial: set[str] = set()
         try:
             hand += self._probe(queue, topology, hand, end, fresh=fresh)
             taken: set[str] = set()
-            while candidates := [d for d in hand if d.subscription not in taken]:
+            while candidates := [
+                d for d in hand if d.subscription not in taken and d.subscription not in partial
+            ]:
                 oldest = min(candidates, key=_age)
                 if oldest.subscription in drained or time.monotonic() >= end:
                     break
-                drained.add(oldest.subscription)
-                if self._may_drain(queue, topology, oldest.subscription):
-                    hand += self._drain(
-                        queue, topology, oldest.subscription, hand, end, fresh=fresh
-                    )
+                source = oldest.subscription
+                drained.add(source)
+                if self._may_drain(queue, topology, source):
+                    if self._no_room_for(queue, source, hand, partial):
+                        # Serve what is whole in hand first; draining this now would fill the
+                        # hand with parts of subscriptions and lease their tags in parts.
+                        partial.add(source)
+                        continue
+                    found, whole = self._drain(queue, topology, source, hand, end, fresh=fresh)
+                    hand += found
+                    if whole:
+                        mine = [d for d in hand if d.subscription == source]
+                        sizes = self._whole.setdefault(queue, {})
+                        count, size = sizes.get(source, (0, 0))
+                        sizes[source] = (
+                            max(count, len(mine)),
+                            max(size, sum(d.size for d in mine)),
+                        )
+                    else:
+                        partial.add(source)
                 elif oldest.subscription not in self._unclaimed.get(queue, ()):
                     taken.add(oldest.subscription)
             if taken and any(d.subscription not in taken for d in hand):
@@ -445,7 +469,7 @@ class PubSubBackend:
         except Error:
             self._hold(queue, topology, hand)
             raise
-        return hand, drained
+        return hand, drained, partial
 
     def _give_to_claimants(
         self, queue: str, topology: QueueTopology, hand: list[Delivery], taken: set[str]
@@ -502,9 +526,10 @@ class PubSubBackend:
         end: float,
         *,
         fresh: bool = False,
-    ) -> list[Delivery]:
-        """Pull a subscription until it is empty or the hand is full (by count or bytes); the
-        available deliveries.
+    ) -> tuple[list[Delivery], bool]:
+        """Pull a subscription until it is empty or the hand is full (by count or bytes): the
+        available deliveries, and True when the subscription was found empty (all of it is in
+        hand now).
 
         One found empty a moment ago (EMPTY_RECHECK) is not pulled again yet, unless `fresh`.
         """
@@ -513,7 +538,7 @@ class PubSubBackend:
         found: list[Delivery] = []
         marks = self._empty.setdefault(queue, {})
         if not fresh and marks.get(source, 0.0) > time.monotonic():
-            return found
+            return found, True
         try:
             while room > len(found) and time.monotonic() < end:
                 want = min(room - len(found), 1000, self._fitting(source, room_bytes))
@@ -522,13 +547,31 @@ class PubSubBackend:
                 ready = self._pull(queue, topology, source, want, end, patient=False, spread=True)
                 if ready is None:
                     marks[source] = time.monotonic() + EMPTY_RECHECK
-                    break
+                    return found, True
                 found += ready
                 room_bytes -= sum(d.size for d in ready)
         except Error:
             self._hold(queue, topology, found)
             raise
-        return found
+        return found, False
+
+    def _no_room_for(
+        self, queue: str, source: str, hand: list[Delivery], partial: set[str]
+    ) -> bool:
+        """True when the hand lacks the room a drain of `source` is expected to need (the most
+        any subscription of the queue filled it with when drained to empty) while it holds
+        tasks of other subscriptions it may serve instead."""
+        sizes = self._whole.get(queue)
+        if not sizes or not any(
+            d.subscription != source and d.subscription not in partial for d in hand
+        ):
+            return False
+        count = max(c for c, _ in sizes.values())
+        size = max(b for _, b in sizes.values())
+        mine = [d for d in hand if d.subscription == source]
+        room = self.settings.pubsub_hold_max - len(hand)
+        room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
+        return count - len(mine) > room or size - sum(d.size for d in mine) > room_bytes
 
     def _room_bytes(self, queue: str, taken: int) -> int:
         """Bytes the queue's hand has room for, with `taken` bytes of it out in this call."""
