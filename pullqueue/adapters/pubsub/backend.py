@@ -42,9 +42,9 @@ from pullqueue.errors import (
     TaskLeaseExpiredError,
     TombstonedTaskError,
 )
+from pullqueue.logs import log_event
 from pullqueue.retry import RetryParameters
 from pullqueue.task import QueueStats, Task
-from pullqueue.worker.logs import log_event
 
 log = logging.getLogger(__name__)
 
