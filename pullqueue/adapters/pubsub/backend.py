@@ -130,6 +130,8 @@ class PubSubBackend:
         self._whole: dict[str, dict[str, tuple[int, int]]] = {}
         """Queue -> subscription -> most tasks and bytes the hand held of it after a drain to
         empty: what room a drain of a subscription is expected to need."""
+        self._emptied: dict[str, set[str]] = {}
+        """Queue -> subscriptions drained to empty into the hand and given nothing back since."""
         self._sizes: dict[str, int] = {}
         """Subscription -> bytes per message a pull of it is sized by (see SIZE_GUESS)."""
         self._hands: dict[str, threading.RLock] = {}
@@ -380,7 +382,10 @@ class PubSubBackend:
         hand, drained, partial = self._gather(queue, topology, hand, end, fresh=False)
         if not hand and time.monotonic() < end:
             # A last look before answering []: every subscription, including those found empty
-            # or claimed a moment ago (tasks may have been given back to them since).
+            # or claimed a moment ago (tasks may have been given back to them since). The
+            # claims go back first, so a process that took a head of one of them while this one
+            # drained it finds the claim free once it has given the head back.
+            self._release_claims(queue, topology)
             hand, drained, partial = self._gather(queue, topology, hand, end, fresh=True)
         if not hand:
             self._release_claims(queue, topology)
@@ -427,14 +432,19 @@ class PubSubBackend:
         are not candidates for the oldest then, unless nothing else is in hand). `fresh`
         ignores the marks of subscriptions found empty or claimed a moment ago.
 
-        Heads of shards another process drains are given back to it, unless nothing else is
-        in hand: then they are served here, so a process never answers [] after giving back
-        tasks it could lease (the claimant may have found the shard empty meanwhile).
+        Heads of shards another process drains are given back to it. In the last look
+        (`fresh`) their claims are then asked for once more: the claimant may have drained the
+        shard while the heads were here, found it empty and given its claim back, and then this
+        process drains them; if the claim is still held, its holder has yet to take its own
+        last look, which sees them.
         """
         drained: set[str] = set()
         partial: set[str] = set()
+        emptied = self._emptied.setdefault(queue, set())
         try:
-            hand += self._probe(queue, topology, hand, end, fresh=fresh)
+            probed = self._probe(queue, topology, hand, end, fresh=fresh)
+            emptied -= {d.subscription for d in probed}
+            hand += probed
             taken: set[str] = set()
             while candidates := [
                 d for d in hand if d.subscription not in taken and d.subscription not in partial
@@ -444,6 +454,10 @@ class PubSubBackend:
                     break
                 source = oldest.subscription
                 drained.add(source)
+                if not fresh and source in emptied and any(d.subscription == source for d in hand):
+                    # Drained to empty in an earlier call and given nothing back since: what
+                    # came later is younger than what is in hand from it.
+                    continue
                 if self._may_drain(queue, topology, source):
                     if self._no_room_for(queue, source, hand, partial):
                         # Serve what is whole in hand first; draining this now would fill the
@@ -453,6 +467,7 @@ class PubSubBackend:
                     found, whole = self._drain(queue, topology, source, hand, end, fresh=fresh)
                     hand += found
                     if whole:
+                        emptied.add(source)
                         mine = [d for d in hand if d.subscription == source]
                         sizes = self._whole.setdefault(queue, {})
                         count, size = sizes.get(source, (0, 0))
@@ -461,11 +476,15 @@ class PubSubBackend:
                             max(size, sum(d.size for d in mine)),
                         )
                     else:
+                        emptied.discard(source)
                         partial.add(source)
                 elif oldest.subscription not in self._unclaimed.get(queue, ()):
                     taken.add(oldest.subscription)
-            if taken and any(d.subscription not in taken for d in hand):
+            if taken:
                 hand = self._give_to_claimants(queue, topology, hand, taken)
+                for source in sorted(taken) if fresh else ():
+                    if self._may_drain(queue, topology, source):
+                        hand += self._drain(queue, topology, source, hand, end, fresh=True)[0]
         except Error:
             self._hold(queue, topology, hand)
             raise
@@ -486,8 +505,10 @@ class PubSubBackend:
     def _unmark(self, queue: str, sources: list[str]) -> None:
         """This process gave tasks back to these subscriptions: they are not empty now."""
         marks = self._empty.get(queue, {})
+        emptied = self._emptied.get(queue, set())
         for source in sources:
             marks.pop(source, None)
+            emptied.discard(source)
 
     def _may_drain(self, queue: str, topology: QueueTopology, source: str) -> bool:
         """False for a shard whose token another process holds (it is draining that shard)."""
