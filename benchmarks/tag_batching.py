@@ -1,15 +1,22 @@
 """Benchmark: batching by tag with several worker processes, memory:// against Pub/Sub, in one run.
 
 A migrated counter adds N tasks over T tags in random order, then P worker processes (real OS
-processes, one thread each) loop `lease_tasks_by_tag(60, 1000)` -> handle -> `delete_tasks(batch)`
-through `pullqueue.compat.taskqueue` until the queue is empty. memory:// cannot be shared between
-processes, so its figure is the same loop in one process (the legacy queue's batches: one whole
-tag per lease). Prints, per tag count and backend, the medians over the runs of: mean tasks per
-non-empty lease, its ratio to memory://, drain seconds, lost and late counts (late: leased only
-after the workers stopped, within 90 s), mixed-tag and duplicate counts, Pub/Sub requests per
-lease and deliveries per task (one each plus those given back unleased).
+processes, each with H threads) loop `lease_tasks_by_tag(60, 1000)` -> handle ->
+`delete_tasks(batch)` through `pullqueue.compat.taskqueue` until the queue is empty. memory://
+cannot be shared between processes, so its figure is the same loop in one process (the legacy
+queue's batches: one whole tag per lease). Prints, per tag count and backend, the medians over the
+runs of: mean tasks per non-empty lease, its ratio to memory://, drain seconds, tasks per second,
+empty leases while tasks were left, lost and late counts (late: leased only after the workers
+stopped, within 90 s), mixed-tag and duplicate counts, Pub/Sub requests per lease, deliveries per
+task (one each plus those given back unleased) and the workers' peak memory growth (MB).
 
-    python benchmarks/tag_batching.py [--tasks 20000] [--tags 200 1000] [--processes 4] [--runs 3]
+`--stop-at-first-empty`: each thread stops at its first empty lease, as the legacy docs tell a
+worker to; the `left` column counts the tasks no worker leased (tasks a stopped process gave back
+at exit count). `--payload-bytes B`: payloads of B bytes; `--plain` adds a row of plain
+`lease_tasks` on the same workload, the throughput a lease by tag is compared with.
+
+    python benchmarks/tag_batching.py [--tasks 20000] [--tags 200 1000] [--processes 4]
+        [--threads 1] [--runs 3] [--stop-at-first-empty] [--payload-bytes 0] [--plain]
 
 Honours PUBSUB_EMULATOR_HOST; otherwise starts the emulator from the gcloud SDK (stopped at exit).
 """
@@ -20,10 +27,12 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -56,6 +65,14 @@ class Outcome:
     """Deliveries per task: one each, plus deliveries given back unleased, plus duplicates."""
     late: int = 0
     """Tasks the workers did not lease before they stopped, leased afterwards (not lost)."""
+    empty: int = 0
+    """Empty leases while the workers had not yet deleted every task."""
+    left: int = 0
+    """Tasks no worker leased (stop-at-first-empty runs)."""
+    grown_mb: float = 0.0
+    """The largest growth of a worker process's peak memory during the drain (MB)."""
+    rate: float = 0.0
+    """Tasks per second of the drain."""
 
 
 def tasks_for(count: int, tags: int, seed: int) -> list[tuple[str, str]]:
@@ -65,44 +82,100 @@ def tasks_for(count: int, tags: int, seed: int) -> list[tuple[str, str]]:
     return pairs
 
 
-def add_all(queue: object, pairs: list[tuple[str, str]]) -> None:
+def add_all(queue: object, pairs: list[tuple[str, str]], payload_bytes: int = 0) -> None:
     from pullqueue.compat import taskqueue
 
-    for start in range(0, len(pairs), 100):
-        chunk = pairs[start : start + 100]
+    chunk_size = 100 if payload_bytes < 50_000 else 8
+    for start in range(0, len(pairs), chunk_size):
+        chunk = pairs[start : start + chunk_size]
         queue.add(  # type: ignore[attr-defined]
-            [taskqueue.Task(payload=name, tag=tag, method="PULL") for name, tag in chunk]
+            [
+                taskqueue.Task(payload=padded(name, payload_bytes), tag=tag, method="PULL")
+                for name, tag in chunk
+            ]
         )
 
 
+def padded(name: str, payload_bytes: int) -> bytes:
+    """The task's payload: its name, then spaces up to payload_bytes."""
+    return name.encode().ljust(payload_bytes, b" ")
+
+
+class Progress:
+    """The tasks one worker process deleted so far, shared by its threads."""
+
+    def __init__(self, drained: Callable[[int], bool]) -> None:
+        self.lock = threading.Lock()
+        self.done = 0
+        self._drained = drained
+
+    def add(self, count: int) -> None:
+        with self.lock:
+            self.done += count
+
+    def drained(self) -> bool:
+        with self.lock:
+            return self._drained(self.done)
+
+
 def work(
-    queue: object, stop_after_idle: float, drained: Callable[[int], bool] = lambda done: True
-) -> list[tuple[float, list[str], list[str]]]:
-    """The migrated worker's loop until `drained(tasks deleted here)` says every worker's deletes
-    add up to the whole queue (or nothing came for stop_after_idle seconds); (time of delete,
-    names, tags) per non-empty lease."""
+    queue: object,
+    stop_after_idle: float,
+    progress: Progress,
+    *,
+    first_empty: bool = False,
+    plain: bool = False,
+) -> tuple[list[tuple[float, list[str], list[str]]], int]:
+    """The migrated worker's loop until `progress` says every worker's deletes add up to the
+    whole queue (or nothing came for stop_after_idle seconds, or at the first empty lease);
+    (time of delete, names, tags) per non-empty lease, and the empty leases while tasks were
+    left."""
     batches: list[tuple[float, list[str], list[str]]] = []
     idle_since = time.monotonic()
-    done = 0
+    empty = 0
     while True:
-        batch = queue.lease_tasks_by_tag(60, 1000)  # type: ignore[attr-defined]
+        lease = queue.lease_tasks if plain else queue.lease_tasks_by_tag  # type: ignore[attr-defined]
+        batch = lease(60, 1000)
         if not batch:
-            if drained(done) or time.monotonic() - idle_since >= stop_after_idle:
+            if progress.drained():
+                break
+            empty += 1
+            if first_empty or time.monotonic() - idle_since >= stop_after_idle:
                 break
             continue
         names = [name_of(task) for task in batch]
         tags = [task.tag for task in batch]
         queue.delete_tasks(batch)  # type: ignore[attr-defined]
         batches.append((time.time(), names, tags))
-        done += len(batch)
+        progress.add(len(batch))
         idle_since = time.monotonic()
-    return batches
+    return batches, empty
+
+
+def work_threads(
+    queue: object, threads: int, stop_after_idle: float, progress: Progress, **options: bool
+) -> tuple[list[tuple[float, list[str], list[str]]], int]:
+    """work() in `threads` threads of this process at once; their batches and empty leases."""
+    results: list[tuple[list[tuple[float, list[str], list[str]]], int]] = []
+    lock = threading.Lock()
+
+    def run() -> None:
+        result = work(queue, stop_after_idle, progress, **options)
+        with lock:
+            results.append(result)
+
+    pool = [threading.Thread(target=run) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    return [b for batches, _ in results for b in batches], sum(e for _, e in results)
 
 
 def name_of(task: Any) -> str:
-    """The task's name as the benchmark wrote it (its payload)."""
+    """The task's name as the benchmark wrote it (its payload, less the padding)."""
     payload = task.payload
-    return payload.decode() if isinstance(payload, bytes) else str(payload)
+    return payload.decode().rstrip(" ") if isinstance(payload, bytes) else str(payload).rstrip()
 
 
 def summarize(
@@ -130,10 +203,19 @@ def run_memory(pairs: list[tuple[str, str]]) -> Outcome:
     queue = taskqueue.Queue(QUEUE, connect("memory://"))
     add_all(queue, pairs)
     start = time.time()
-    return summarize(pairs, work(queue, 0.0), start)
+    batches, _ = work(queue, 0.0, Progress(lambda done: True))
+    return summarize(pairs, batches, start)
 
 
-def run_pubsub(pairs: list[tuple[str, str]], processes: int) -> Outcome:
+def run_pubsub(
+    pairs: list[tuple[str, str]],
+    processes: int,
+    threads: int = 1,
+    *,
+    payload_bytes: int = 0,
+    first_empty: bool = False,
+    plain: bool = False,
+) -> Outcome:
     from pullqueue import Settings
     from pullqueue.adapters.pubsub import PubSubBackend
     from pullqueue.compat import taskqueue
@@ -141,14 +223,24 @@ def run_pubsub(pairs: list[tuple[str, str]], processes: int) -> Outcome:
     project = f"bench-{uuid.uuid4().hex[:8]}"
     producer = PubSubBackend(project, settings=Settings(), auto_create=True)
     try:
-        add_all(taskqueue.Queue(QUEUE, producer), pairs)
+        add_all(taskqueue.Queue(QUEUE, producer), pairs, payload_bytes)
     finally:
         producer.close()
     with tempfile.TemporaryDirectory(prefix="tagbench-") as tmp:
         go = Path(tmp, "go")
         workers = [
             subprocess.Popen(
-                [sys.executable, __file__, "--worker", project, tmp, str(n), str(len(pairs))],
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    project,
+                    tmp,
+                    str(n),
+                    str(len(pairs)),
+                    str(threads),
+                    "first-empty" if first_empty else "plain" if plain else "drain",
+                ],
                 env={**os.environ, "PULLQUEUE_AUTO_CREATE": "1"},
             )
             for n in range(processes)
@@ -163,14 +255,22 @@ def run_pubsub(pairs: list[tuple[str, str]], processes: int) -> Outcome:
             if w.wait() != 0:
                 raise SystemExit(f"worker exited with {w.returncode}")
         batches = []
-        calls = skipped = 0
+        calls = skipped = empty = 0
+        grown = 0.0
         for n in range(processes):
             report = json.loads(Path(tmp, f"out-{n}.json").read_text())
             batches += [tuple(b) for b in report["batches"]]
             calls += report["calls"]
             skipped += report["skipped"]
+            empty += report["empty"]
+            grown = max(grown, report["grown_mb"])
     outcome = summarize(pairs, batches, start)  # type: ignore[arg-type]
-    if outcome.lost:
+    outcome.empty, outcome.grown_mb = empty, grown
+    outcome.rate = len(pairs) / max(outcome.drain, 1e-3)
+    if first_empty:
+        # What the workers left is the figure; nobody leases it afterwards.
+        outcome.left, outcome.lost = outcome.lost, 0
+    elif outcome.lost:
         outcome.late = recover(
             project,
             {name for name, _ in pairs}
@@ -208,7 +308,7 @@ def recover(project: str, missing: set[str]) -> int:
     return len(found)
 
 
-def worker_main(project: str, tmp: str, index: str, total: str) -> None:
+def worker_main(project: str, tmp: str, index: str, total: str, threads: str, mode: str) -> None:
     from pullqueue import Settings
     from pullqueue.adapters.pubsub import PubSubBackend
     from pullqueue.compat import taskqueue
@@ -219,6 +319,7 @@ def worker_main(project: str, tmp: str, index: str, total: str) -> None:
     Path(tmp, f"ready-{index}").write_text("")
     while not Path(tmp, "go").exists():
         time.sleep(0.01)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     progress = Path(tmp, f"progress-{index}")
 
     def drained(done: int) -> bool:
@@ -227,12 +328,26 @@ def worker_main(project: str, tmp: str, index: str, total: str) -> None:
         return sum(int(c) for c in counts if c) >= int(total)
 
     try:
-        batches = work(taskqueue.Queue(QUEUE, backend), IDLE_SECONDS, drained)
+        batches, empty = work_threads(
+            taskqueue.Queue(QUEUE, backend),
+            int(threads),
+            IDLE_SECONDS,
+            Progress(drained),
+            first_empty=mode == "first-empty",
+            plain=mode == "plain",
+        )
     finally:
         backend.close()
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     # Deliveries this process consumed without leasing the task (held tasks given back).
     skipped = sum(backend._book._skipped.values())
-    report = {"batches": batches, "calls": calls[0], "skipped": skipped}
+    report = {
+        "batches": batches,
+        "calls": calls[0],
+        "skipped": skipped,
+        "empty": empty,
+        "grown_mb": grown_mb,
+    }
     Path(tmp, f"out-{index}.json").write_text(json.dumps(report))
 
 
@@ -255,45 +370,75 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--tags", type=int, nargs="+", default=[200, 1000])
     parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1, help="worker threads per process")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument(
+        "--stop-at-first-empty",
+        action="store_true",
+        help="each thread stops at its first empty lease; print what was left behind",
+    )
+    parser.add_argument("--payload-bytes", type=int, default=0, help="payload size (bytes)")
+    parser.add_argument(
+        "--plain", action="store_true", help="also run plain lease_tasks, the throughput baseline"
+    )
     args = parser.parse_args(argv)
     from tests.support.emulators import shared_emulator_host
 
     host = shared_emulator_host("pubsub")
     print(
-        f"{args.tasks} tasks, {args.processes} worker processes, {args.runs} run(s),"
-        f" emulator {host}; memory:// is the same loop in one process"
+        f"{args.tasks} tasks, {args.processes} worker processes x {args.threads} threads,"
+        f" payloads of {args.payload_bytes} bytes, {args.runs} run(s), emulator {host};"
+        " memory:// is the same loop in one process"
+        + ("; each thread stops at its first empty lease" if args.stop_at_first_empty else "")
     )
     print(
-        f"{'tags':>6} {'backend':<8} {'batch':>7} {'ratio':>6} {'drain s':>8} {'leases':>7}"
-        f" {'lost':>5} {'late':>5} {'mixed':>6} {'dups':>5} {'calls/lease':>11}"
-        f" {'deliv/task':>10}"
+        f"{'tags':>6} {'backend':<8} {'batch':>7} {'ratio':>6} {'drain s':>8} {'tasks/s':>8}"
+        f" {'leases':>7} {'empty':>6} {'left':>5} {'lost':>5} {'late':>5} {'mixed':>6}"
+        f" {'dups':>5} {'calls/lease':>11} {'deliv/task':>10} {'grown MB':>8}"
     )
     for tags in args.tags:
-        memory: list[Outcome] = []
-        pubsub: list[Outcome] = []
+        rows: dict[str, list[Outcome]] = {"memory": [], "pubsub": []}
+        if args.plain:
+            rows["plain"] = []
         for run in range(args.runs):
             pairs = tasks_for(args.tasks, tags, seed=run)
-            memory.append(run_memory(pairs))
-            pubsub.append(run_pubsub(pairs, args.processes))
-        base = statistics.median(o.mean_batch for o in memory)
-        for label, outcomes in (("memory", memory), ("pubsub", pubsub)):
+            rows["memory"].append(run_memory(pairs))
+            options = {"payload_bytes": args.payload_bytes}
+            rows["pubsub"].append(
+                run_pubsub(
+                    pairs,
+                    args.processes,
+                    args.threads,
+                    first_empty=args.stop_at_first_empty,
+                    **options,
+                )
+            )
+            if args.plain:
+                rows["plain"].append(
+                    run_pubsub(pairs, args.processes, args.threads, plain=True, **options)
+                )
+        base = statistics.median(o.mean_batch for o in rows["memory"])
+        for label, outcomes in rows.items():
             batch = statistics.median(o.mean_batch for o in outcomes)
             print(
                 f"{tags:>6} {label:<8} {batch:>7.1f} {batch / base:>6.2f}"
                 f" {statistics.median(o.drain for o in outcomes):>8.1f}"
+                f" {statistics.median(o.rate for o in outcomes):>8.0f}"
                 f" {statistics.median(o.leases for o in outcomes):>7.0f}"
+                f" {statistics.median(o.empty for o in outcomes):>6.0f}"
+                f" {max(o.left for o in outcomes):>5}"
                 f" {max(o.lost for o in outcomes):>5} {max(o.late for o in outcomes):>5}"
                 f" {max(o.mixed for o in outcomes):>6}"
                 f" {max(o.duplicates for o in outcomes):>5}"
                 f" {statistics.median(o.calls_per_lease for o in outcomes):>11.1f}"
-                f" {statistics.median(o.deliveries_per_task for o in outcomes):>10.3f}",
+                f" {statistics.median(o.deliveries_per_task for o in outcomes):>10.3f}"
+                f" {statistics.median(o.grown_mb for o in outcomes):>8.0f}",
                 flush=True,
             )
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker_main(*sys.argv[2:6])
+        worker_main(*sys.argv[2:8])
     else:
         main()

@@ -49,6 +49,12 @@ class Settings(BaseSettings):
         description="Most tasks held that way per queue (bounds a tag scan and how much of a"
         " shard one process drains into its hand).",
     )
+    pubsub_hold_bytes: int = Field(
+        64 * 2**20,
+        ge=2**20,
+        description="Most bytes of tasks (payloads and attributes) held that way per queue;"
+        " pulls are sized to fit it, so a worker's memory stays bounded with large payloads.",
+    )
     pubsub_pull_wait: float = Field(
         1.0, gt=0, description="Seconds a lease waits on an empty subscription before answering."
     )

@@ -8,6 +8,7 @@ share a shard (BETA and G are on ALPHA's), so leasing one pulls the others on th
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 from dataclasses import replace
@@ -151,8 +152,8 @@ def test_a_task_held_again_keeps_its_first_release_time() -> None:
     # A lease call takes the hand at +1 s and holds it again: due at +2 s as before, not +3 s.
     taken = book.take_held("q", None, 10)
     assert book.hold("q", taken, 2.0, 10, now=pulled + 1.0) == ([], [])
-    assert book.held_due(pulled + 1.9) == {}
-    assert [d.name for d in book.held_due(pulled + 2.0)["q"]] == ["b0", "b1", "b2"]
+    assert book.held_due(pulled + 1.9, "q") == []
+    assert [d.name for d in book.held_due(pulled + 2.0, "q")] == ["b0", "b1", "b2"]
     # Held again once its time is up, it is handed back as due; past the limit, as not fitting.
     assert book.hold("q", deliveries[:1], 2.0, 10, now=pulled + 2.5) == ([], deliveries[:1])
     assert book.hold("q", deliveries, 2.0, 2, now=pulled + 0.5) == (deliveries[2:], [])
@@ -247,3 +248,25 @@ def test_a_held_task_is_not_kept_once_its_deadline_is_nearly_over(
     late = _delivery("b1", now - deadline * 0.8)
     assert backend._extendable(topology, replace(on_time, subscription=source), now)
     assert not backend._extendable(topology, replace(late, subscription=source), now)
+
+
+def test_a_hand_smaller_than_the_queue_serves_whole_shards_first(
+    make_backend: MakeBackend,
+) -> None:
+    # 4,000 tasks over 200 tags (16 shards, about 250 tasks each) and a hand of 1,000: draining
+    # a shard the hand has no room for fills it with parts of shards, and tags go out in parts.
+    backend = make_backend(pubsub_hold_max=1000)
+    queue = Queue("whole-first", backend)
+    tasks = [Task(f"p{i}".encode(), tag=f"tag-{i % 200}") for i in range(4000)]
+    random.Random(5).shuffle(tasks)
+    for start in range(0, len(tasks), 100):
+        queue.add(tasks[start : start + 100])
+    leases: list[list[Task]] = []
+    give_up = time.monotonic() + 120
+    while sum(map(len, leases)) < len(tasks) and time.monotonic() < give_up:
+        batch = queue.lease(60, 1000, group_by_tag=True)
+        if batch:
+            queue.delete(batch)
+            leases.append(batch)
+    assert sum(map(len, leases)) == len(tasks)
+    assert sorted(len(batch) for batch in leases) == [20] * 200  # every tag in one lease

@@ -7,13 +7,14 @@ docs/pubsub.md explains each mapping, its cost and what differs from the legacy 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 from urllib.parse import SplitResult
@@ -37,13 +38,14 @@ from pullqueue.config import Settings
 from pullqueue.dedupe.base import NameRegistry
 from pullqueue.errors import (
     ConfigurationError,
+    DeadlineExceededError,
     Error,
     TaskLeaseExpiredError,
     TombstonedTaskError,
 )
+from pullqueue.logs import log_event
 from pullqueue.retry import RetryParameters
 from pullqueue.task import QueueStats, Task
-from pullqueue.worker.logs import log_event
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,11 @@ EMPTY_RECHECK = 0.5
 """Seconds a subscription found empty is left out of those probes."""
 CLAIMED_RECHECK = 5.0
 """Seconds a shard another process holds the claim of is left out of those probes."""
+SIZE_GUESS = 2**20
+"""Bytes per message assumed of a subscription nothing was pulled from yet (the legacy limit of
+a task); after a pull, the largest message it brought, or an eighth of the guess before if more."""
+SETTLE_WAIT = 1.0
+"""Seconds the keeper waits for a lease call serving the hand before it settles the hand later."""
 
 Wanted = Callable[[Delivery], bool]
 
@@ -120,7 +127,7 @@ class PubSubBackend:
         self._book = LeaseBook()
         self._republisher = Republisher(self.rpc, self._book)
         self._keeper = LeaseKeeper(
-            self._book, self._renew, self._settle_held, settings.pubsub_keeper_period
+            self._book, self._renew, self._settle_due, settings.pubsub_keeper_period
         )
         self._topologies: dict[str, QueueTopology] = {}
         self._topology_lock = threading.Lock()
@@ -129,6 +136,17 @@ class PubSubBackend:
         self._unclaimed: dict[str, set[str]] = {}
         """Queue -> shard subscriptions this process drained finding no token at all."""
         self._claims = ShardClaims(self.rpc, SHARDS)
+        self._whole: dict[str, dict[str, tuple[int, int]]] = {}
+        """Queue -> subscription -> most tasks and bytes the hand held of it after a drain to
+        empty: what room a drain of a subscription is expected to need."""
+        self._emptied: dict[str, set[str]] = {}
+        """Queue -> subscriptions drained to empty into the hand and given nothing back since."""
+        self._sizes: dict[str, int] = {}
+        """Subscription -> bytes per message a pull of it is sized by (see SIZE_GUESS)."""
+        self._hands: dict[str, threading.RLock] = {}
+        """Queue -> the lock of this process's hand: one thread at a time takes from it, pulls
+        into it, claims shards for it and settles it, so a lease from any thread sees every task
+        the process holds (none is out of the hand in another thread's call meanwhile)."""
         self._closed = False
 
     def __repr__(self) -> str:
@@ -233,20 +251,42 @@ class PubSubBackend:
         topology = self.topology(queue)
         end = time.monotonic() + deadline
         if group_by_tag and tag is not None:
-            picked = self._collect(
-                queue,
-                topology,
-                topology.sources_of(tag),
-                max_tasks,
-                end,
-                _of_tag(tag),
-                rotate=False,
-            )
+            with self._hand(queue, end):
+                picked = self._collect(
+                    queue,
+                    topology,
+                    topology.sources_of(tag),
+                    max_tasks,
+                    end,
+                    _of_tag(tag),
+                    rotate=False,
+                )
         elif group_by_tag:
-            picked = self._collect_oldest_group(queue, topology, max_tasks, end)
+            with self._hand(queue, end):
+                picked = self._collect_oldest_group(queue, topology, max_tasks, end)
         else:
             picked = self._collect_any(queue, topology, max_tasks, end)
         return self._grant(queue, topology, picked, lease_seconds)
+
+    def _hand_lock(self, queue: str) -> threading.RLock:
+        with self._topology_lock:
+            return self._hands.setdefault(queue, threading.RLock())
+
+    @contextlib.contextmanager
+    def _hand(self, queue: str, end: float) -> Iterator[None]:
+        """Serve the queue's hand in this thread alone until the block ends: a lease by tag
+        waits for another thread's (up to its deadline) rather than answer from half a hand."""
+        lock = self._hand_lock(queue)
+        if not lock.acquire(timeout=max(end - time.monotonic(), 0.0)):
+            raise DeadlineExceededError(
+                "another thread of this process was serving the queue's held tasks for the"
+                " whole deadline; back off and retry",
+                queue=queue,
+            )
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _collect_any(
         self, queue: str, topology: QueueTopology, max_tasks: int, end: float
@@ -310,7 +350,10 @@ class PubSubBackend:
                 source = active[0]
                 want = max_tasks - len(picked)
                 if wanted is not None:
-                    room = self._book.room(queue, limit)
+                    room = min(
+                        self._book.room(queue, limit),
+                        self._fitting(source, self._room_bytes(queue, 0)),
+                    )
                     if room == 0:
                         break
                     want = min(want + room, 1000)
@@ -353,28 +396,21 @@ class PubSubBackend:
         """
         self._book.serving(queue, time.time())
         hand = self._book.take_held(queue, None, self.settings.pubsub_hold_max + max_tasks)
-        drained: set[str] = set()
-        try:
-            hand += self._probe(queue, topology, hand, end)
-            taken: set[str] = set()
-            while candidates := [d for d in hand if d.subscription not in taken]:
-                oldest = min(candidates, key=_age)
-                if oldest.subscription in drained or time.monotonic() >= end:
-                    break
-                drained.add(oldest.subscription)
-                if self._may_drain(queue, topology, oldest.subscription):
-                    hand += self._drain(queue, topology, oldest.subscription, len(hand), end)
-                elif oldest.subscription not in self._unclaimed.get(queue, ()):
-                    taken.add(oldest.subscription)
-            if taken:
-                hand = self._give_to_claimants(queue, topology, hand, taken)
-        except Error:
-            self._hold(queue, topology, hand)
-            raise
+        hand, drained, partial = self._gather(queue, topology, hand, end, fresh=False)
+        if not hand and time.monotonic() < end:
+            # A last look before answering []: every subscription, including those found empty
+            # or claimed a moment ago (tasks may have been given back to them since). The
+            # claims go back first, so a process that took a head of one of them while this one
+            # drained it finds the claim free once it has given the head back.
+            self._release_claims(queue, topology)
+            hand, drained, partial = self._gather(queue, topology, hand, end, fresh=True)
         if not hand:
+            self._release_claims(queue, topology)
             return []
         hand.sort(key=_age)
-        tag = hand[0].tag
+        # The oldest of the subscriptions whole in hand: a tag of one the hand had no room for
+        # would be leased in parts.
+        tag = next((d for d in hand if d.subscription not in partial), hand[0]).tag
         if tag is None:
             # The legacy rule: the untagged among the max_tasks oldest tasks.
             picked = [d for d in hand[:max_tasks] if d.tag is None]
@@ -404,6 +440,73 @@ class PubSubBackend:
         self._release_claims(queue, topology)
         return picked
 
+    def _gather(
+        self, queue: str, topology: QueueTopology, hand: list[Delivery], end: float, *, fresh: bool
+    ) -> tuple[list[Delivery], set[str], set[str]]:
+        """The hand plus the heads of the subscriptions it has nothing from, with the
+        subscription of the oldest drained into it (again while that changes); the
+        subscriptions drained, and those of them the hand had no room for all of (their tasks
+        are not candidates for the oldest then, unless nothing else is in hand). `fresh`
+        ignores the marks of subscriptions found empty or claimed a moment ago.
+
+        Heads of shards another process drains are given back to it. In the last look
+        (`fresh`) their claims are then asked for once more: the claimant may have drained the
+        shard while the heads were here, found it empty and given its claim back, and then this
+        process drains them; if the claim is still held, its holder has yet to take its own
+        last look, which sees them.
+        """
+        drained: set[str] = set()
+        partial: set[str] = set()
+        emptied = self._emptied.setdefault(queue, set())
+        try:
+            probed = self._probe(queue, topology, hand, end, fresh=fresh)
+            emptied -= {d.subscription for d in probed}
+            hand += probed
+            taken: set[str] = set()
+            while candidates := [
+                d for d in hand if d.subscription not in taken and d.subscription not in partial
+            ]:
+                oldest = min(candidates, key=_age)
+                if oldest.subscription in drained or time.monotonic() >= end:
+                    break
+                source = oldest.subscription
+                drained.add(source)
+                if not fresh and source in emptied and any(d.subscription == source for d in hand):
+                    # Drained to empty in an earlier call and given nothing back since: what
+                    # came later is younger than what is in hand from it.
+                    continue
+                if self._may_drain(queue, topology, source):
+                    if self._no_room_for(queue, source, hand, partial):
+                        # Serve what is whole in hand first; draining this now would fill the
+                        # hand with parts of subscriptions and lease their tags in parts.
+                        partial.add(source)
+                        continue
+                    found, whole = self._drain(queue, topology, source, hand, end, fresh=fresh)
+                    hand += found
+                    if whole:
+                        emptied.add(source)
+                        mine = [d for d in hand if d.subscription == source]
+                        sizes = self._whole.setdefault(queue, {})
+                        count, size = sizes.get(source, (0, 0))
+                        sizes[source] = (
+                            max(count, len(mine)),
+                            max(size, sum(d.size for d in mine)),
+                        )
+                    else:
+                        emptied.discard(source)
+                        partial.add(source)
+                elif oldest.subscription not in self._unclaimed.get(queue, ()):
+                    taken.add(oldest.subscription)
+            if taken:
+                hand = self._give_to_claimants(queue, topology, hand, taken)
+                for source in sorted(taken) if fresh else ():
+                    if self._may_drain(queue, topology, source):
+                        hand += self._drain(queue, topology, source, hand, end, fresh=True)[0]
+        except Error:
+            self._hold(queue, topology, hand)
+            raise
+        return hand, drained, partial
+
     def _give_to_claimants(
         self, queue: str, topology: QueueTopology, hand: list[Delivery], taken: set[str]
     ) -> list[Delivery]:
@@ -419,8 +522,10 @@ class PubSubBackend:
     def _unmark(self, queue: str, sources: list[str]) -> None:
         """This process gave tasks back to these subscriptions: they are not empty now."""
         marks = self._empty.get(queue, {})
+        emptied = self._emptied.get(queue, set())
         for source in sources:
             marks.pop(source, None)
+            emptied.discard(source)
 
     def _may_drain(self, queue: str, topology: QueueTopology, source: str) -> bool:
         """False for a shard whose token another process holds (it is draining that shard)."""
@@ -451,41 +556,87 @@ class PubSubBackend:
             log.warning("queue %r: could not give shard tokens back (%s)", queue, exc)
 
     def _drain(
-        self, queue: str, topology: QueueTopology, source: str, in_hand: int, end: float
-    ) -> list[Delivery]:
-        """Pull a subscription until it is empty or the hand is full; the available deliveries.
+        self,
+        queue: str,
+        topology: QueueTopology,
+        source: str,
+        hand: list[Delivery],
+        end: float,
+        *,
+        fresh: bool = False,
+    ) -> tuple[list[Delivery], bool]:
+        """Pull a subscription until it is empty or the hand is full (by count or bytes): the
+        available deliveries, and True when the subscription was found empty (all of it is in
+        hand now).
 
-        One found empty a moment ago (EMPTY_RECHECK) is not pulled again yet.
+        One found empty a moment ago (EMPTY_RECHECK) is not pulled again yet, unless `fresh`.
         """
-        room = self.settings.pubsub_hold_max - in_hand
+        room = self.settings.pubsub_hold_max - len(hand)
+        room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
         found: list[Delivery] = []
         marks = self._empty.setdefault(queue, {})
-        if marks.get(source, 0.0) > time.monotonic():
-            return found
+        if not fresh and marks.get(source, 0.0) > time.monotonic():
+            return found, True
         try:
             while room > len(found) and time.monotonic() < end:
-                want = min(room - len(found), 1000)
+                want = min(room - len(found), 1000, self._fitting(source, room_bytes))
+                if want == 0:
+                    break
                 ready = self._pull(queue, topology, source, want, end, patient=False, spread=True)
                 if ready is None:
                     marks[source] = time.monotonic() + EMPTY_RECHECK
-                    break
+                    return found, True
                 found += ready
+                room_bytes -= sum(d.size for d in ready)
         except Error:
             self._hold(queue, topology, found)
             raise
-        return found
+        return found, False
+
+    def _no_room_for(
+        self, queue: str, source: str, hand: list[Delivery], partial: set[str]
+    ) -> bool:
+        """True when the hand lacks the room a drain of `source` is expected to need (the most
+        any subscription of the queue filled it with when drained to empty) while it holds
+        tasks of other subscriptions it may serve instead."""
+        sizes = self._whole.get(queue)
+        if not sizes or not any(
+            d.subscription != source and d.subscription not in partial for d in hand
+        ):
+            return False
+        count = max(c for c, _ in sizes.values())
+        size = max(b for _, b in sizes.values())
+        mine = [d for d in hand if d.subscription == source]
+        room = self.settings.pubsub_hold_max - len(hand)
+        room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
+        return count - len(mine) > room or size - sum(d.size for d in mine) > room_bytes
+
+    def _room_bytes(self, queue: str, taken: int) -> int:
+        """Bytes the queue's hand has room for, with `taken` bytes of it out in this call."""
+        return self.settings.pubsub_hold_bytes - self._book.held_bytes(queue) - taken
+
+    def _fitting(self, source: str, room_bytes: int) -> int:
+        """Messages of the subscription that fit in room_bytes, by its size estimate."""
+        return max(room_bytes, 0) // max(self._sizes.get(source, SIZE_GUESS), 1)
 
     def _probe(
-        self, queue: str, topology: QueueTopology, hand: list[Delivery], end: float
+        self,
+        queue: str,
+        topology: QueueTopology,
+        hand: list[Delivery],
+        end: float,
+        *,
+        fresh: bool = False,
     ) -> list[Delivery]:
         """Pull the head of every subscription nothing in hand came from, side by side.
 
-        A subscription found empty is not asked again for EMPTY_RECHECK seconds; deferred tasks
-        a probe brings are hidden until their ETA, so the probes continue past them.
+        A subscription found empty is not asked again for EMPTY_RECHECK seconds (unless
+        `fresh`); deferred tasks a probe brings are hidden until their ETA, so the probes
+        continue past them.
         """
         now = time.monotonic()
         present = {d.subscription for d in hand}
-        skip = self._empty.get(queue, {})
+        skip = {} if fresh else self._empty.get(queue, {})
         sources = [s for s in topology.sources if s not in present and skip.get(s, 0.0) <= now]
         if not sources:
             return []
@@ -554,7 +705,9 @@ class PubSubBackend:
         """
         remaining = end - time.monotonic()
         wait = self.settings.pubsub_pull_wait if patient else NEXT_PULL_WAIT
-        total = max(1, min(max_messages, 1000))
+        # One round of pulls brings at most a hand's worth of bytes, by the size estimate.
+        fits = self._fitting(source, self.settings.pubsub_hold_bytes)
+        total = max(1, min(max_messages, 1000, fits))
         parts = min(PARALLEL_PULLS, math.ceil(total / PULL_SHARE)) if spread else 1
         sizes = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
         pulled_at = time.time()
@@ -570,6 +723,8 @@ class PubSubBackend:
             if failure is not None:
                 raise failure
             return None
+        largest = max(item.message.ByteSize() for item in received)
+        self._sizes[source] = max(largest, self._sizes.get(source, SIZE_GUESS) // 8)
         rule = topology.rules[source]
         now = time.time()
         foreign: list[str] = []
@@ -645,7 +800,12 @@ class PubSubBackend:
             return
         hold_for = self._hold_for(topology)
         full, due = self._book.hold(
-            queue, deliveries, hold_for, self.settings.pubsub_hold_max, time.time()
+            queue,
+            deliveries,
+            hold_for,
+            self.settings.pubsub_hold_max,
+            time.time(),
+            self.settings.pubsub_hold_bytes,
         )
         if len(full) + len(due) < len(deliveries):
             self._keeper.poke()
@@ -657,6 +817,19 @@ class PubSubBackend:
     def _hold_for(self, topology: QueueTopology) -> float:
         """Seconds a delivery stays in hand after its pull (or its deadline's last extension)."""
         return min(self.settings.pubsub_hold_seconds, topology.ack_deadline / 2)
+
+    def _settle_due(self, now: float) -> None:
+        """The keeper's pass over the hands: settle held deliveries whose time is up, each
+        queue's under its hand lock (one busy serving a lease call is settled on a later pass,
+        or by that call itself)."""
+        for queue in self._book.queues_held():
+            lock = self._hand_lock(queue)
+            if not lock.acquire(timeout=SETTLE_WAIT):
+                continue
+            try:
+                self._settle_held(queue, self._book.held_due(now, queue))
+            finally:
+                lock.release()
 
     def _settle_held(self, queue: str, deliveries: list[Delivery]) -> None:
         """Held deliveries whose time is up: those of shards this process holds the claim of are
@@ -714,7 +887,12 @@ class PubSubBackend:
             kept += [replace(d, pulled_at=at) for d in items if d.ack_id not in stale]
         if kept:
             full, due = self._book.hold(
-                queue, kept, hold_for, self.settings.pubsub_hold_max, time.time()
+                queue,
+                kept,
+                hold_for,
+                self.settings.pubsub_hold_max,
+                time.time(),
+                self.settings.pubsub_hold_bytes,
             )
             back += full + due
             self._keeper.poke()

@@ -14,25 +14,24 @@ import time
 from collections.abc import Callable
 
 from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
-from pullqueue.adapters.pubsub.wire import Delivery
 from pullqueue.errors import Error
 
 log = logging.getLogger(__name__)
 
 Renew = Callable[[list[Lease]], None]
 """Extends the given leases' ack deadlines (taking each lease's lock); marks refused ones lost."""
-Release = Callable[[str, list[Delivery]], None]
-"""Settles held deliveries of a queue whose time is up: held again with a new deadline, or given
-back to Pub/Sub."""
+Settle = Callable[[float], None]
+"""Settles the held deliveries whose time is up by the given POSIX time: held again with a new
+deadline, or given back to Pub/Sub."""
 
 
 class LeaseKeeper:
     """Renews due leases every `period` seconds and settles held deliveries when due."""
 
-    def __init__(self, book: LeaseBook, renew: Renew, release: Release, period: float) -> None:
+    def __init__(self, book: LeaseBook, renew: Renew, settle: Settle, period: float) -> None:
         self._book = book
         self._renew = renew
-        self._release = release
+        self._settle = settle
         self.period = period
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -86,8 +85,7 @@ class LeaseKeeper:
         due = self._book.due(now + 2 * self.period)
         if due:
             self._renew(due)
-        for queue, deliveries in self._book.held_due(now).items():
-            self._release(queue, deliveries)
+        self._settle(now)
         self._book.sweep(now)
 
     def _sleep(self) -> float:

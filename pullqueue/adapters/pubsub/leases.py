@@ -62,6 +62,7 @@ class LeaseBook:
         self._leases: dict[str, Lease] = {}
         self._by_name: dict[tuple[str, str], list[str]] = {}
         self._held: dict[str, OrderedDict[str, _Held]] = {}
+        self._held_bytes: dict[str, int] = {}
         self._deleted: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._messages: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
         self._dropped: OrderedDict[str, None] = OrderedDict()
@@ -203,16 +204,24 @@ class LeaseBook:
             for lease in dropped:
                 self._forget(lease)
             self._held.pop(queue, None)
+            self._held_bytes.pop(queue, None)
             self._served.pop(queue, None)
             return dropped
 
     # Held deliveries: pulled for no one yet, served to this process's next lease calls
 
     def hold(
-        self, queue: str, deliveries: Iterable[Delivery], hold_for: float, limit: int, now: float
+        self,
+        queue: str,
+        deliveries: Iterable[Delivery],
+        hold_for: float,
+        limit: int,
+        now: float,
+        limit_bytes: int | None = None,
     ) -> tuple[list[Delivery], list[Delivery]]:
-        """Keep deliveries until hold_for seconds after their pull, at most `limit` per queue;
-        the ones that did not fit, and the ones whose time is already up.
+        """Keep deliveries until hold_for seconds after their pull, at most `limit` per queue
+        and `limit_bytes` of them (one is kept whatever its size when none is held); the ones
+        that did not fit, and the ones whose time is already up.
 
         The clock starts at the pull, not here: a delivery held, taken and held again never
         outstays the ack deadline its pull set.
@@ -221,14 +230,19 @@ class LeaseBook:
         due: list[Delivery] = []
         with self._lock:
             held = self._held.setdefault(queue, OrderedDict())
+            size = self._held_bytes.get(queue, 0)
             for delivery in deliveries:
                 release_at = delivery.pulled_at + hold_for
                 if release_at <= now:
                     due.append(delivery)
-                elif len(held) < limit:
+                elif len(held) < limit and (
+                    limit_bytes is None or not held or size + delivery.size <= limit_bytes
+                ):
                     held[delivery.ack_id] = _Held(delivery, release_at)
+                    size += delivery.size
                 else:
                     full.append(delivery)
+            self._held_bytes[queue] = size
         return full, due
 
     def serving(self, queue: str, now: float) -> None:
@@ -245,6 +259,16 @@ class LeaseBook:
         with self._lock:
             return max(limit - len(self._held.get(queue, ())), 0)
 
+    def held_bytes(self, queue: str) -> int:
+        """Bytes of the queue's held deliveries (payloads and attributes)."""
+        with self._lock:
+            return self._held_bytes.get(queue, 0)
+
+    def _took(self, queue: str, deliveries: Iterable[Delivery]) -> None:
+        self._held_bytes[queue] = max(
+            self._held_bytes.get(queue, 0) - sum(d.size for d in deliveries), 0
+        )
+
     def take_held(
         self, queue: str, wanted: Callable[[Delivery], bool] | None, limit: int
     ) -> list[Delivery]:
@@ -258,17 +282,25 @@ class LeaseBook:
             ]
             for delivery in taken:
                 del held[delivery.ack_id]
+            self._took(queue, taken)
             return taken
 
-    def held_due(self, now: float) -> dict[str, list[Delivery]]:
-        """Remove and return, per queue, the held deliveries whose time is up."""
-        due: dict[str, list[Delivery]] = {}
+    def queues_held(self) -> list[str]:
+        """The queues this process holds deliveries of."""
         with self._lock:
-            for queue, held in self._held.items():
-                expired = [ack for ack, h in held.items() if h.release_at <= now]
-                if expired:
-                    due[queue] = [held.pop(ack).delivery for ack in expired]
-        return due
+            return [queue for queue, held in self._held.items() if held]
+
+    def held_due(self, now: float, queue: str) -> list[Delivery]:
+        """Remove and return the queue's held deliveries whose time is up."""
+        with self._lock:
+            held = self._held.get(queue)
+            if not held:
+                return []
+            expired = [
+                held.pop(ack).delivery for ack, h in list(held.items()) if h.release_at <= now
+            ]
+            self._took(queue, expired)
+            return expired
 
     def next_release(self) -> float | None:
         with self._lock:
@@ -292,6 +324,7 @@ class LeaseBook:
             self._leases.clear()
             self._by_name.clear()
             self._held.clear()
+            self._held_bytes.clear()
             return leases, held
 
     # Deliveries consumed without a lease (ETA deferrals, releases of held tasks)

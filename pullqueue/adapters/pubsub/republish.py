@@ -27,7 +27,7 @@ from pullqueue.adapters.pubsub.wire import (
     format_eta,
 )
 from pullqueue.errors import NotProvisionedError, PermissionDeniedError
-from pullqueue.worker.logs import log_event
+from pullqueue.logs import log_event
 
 log = logging.getLogger(__name__)
 

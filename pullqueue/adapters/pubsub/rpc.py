@@ -13,11 +13,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import grpc  # type: ignore[import-untyped]
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.protobuf import timestamp_pb2
 from google.pubsub_v1 import PublisherClient, SubscriberClient
+from google.pubsub_v1.services.subscriber.transports.grpc import SubscriberGrpcTransport
 from google.pubsub_v1.types import pubsub as pubsub_types
 
 from pullqueue.adapters.pubsub.errors import (
@@ -37,6 +39,10 @@ ACK_IDS_PER_REQUEST = 1000
 """Ack ids per acknowledge/modifyAckDeadline request (well under the 512 KiB request limit)."""
 MAX_ACK_DEADLINE = 600
 """Pub/Sub's longest ack deadline, in seconds."""
+UNLIMITED = -1
+"""gRPC's 'no limit' for a channel's message sizes (what the Google clients set for Pub/Sub)."""
+TOO_LARGE = "larger than max"
+"""In gRPC's RESOURCE_EXHAUSTED message when an answer is over the channel's receive limit."""
 
 _MODIFY_PB = pubsub_types.ModifyAckDeadlineRequest.pb()
 _ACK_PB = pubsub_types.AcknowledgeRequest.pb()
@@ -55,15 +61,31 @@ def emulator_host() -> str | None:
 class PubSubRpc:
     """Publisher and subscriber clients for one project, with bounded, error-mapped calls."""
 
-    def __init__(self, project: str, timeout: float) -> None:
+    def __init__(self, project: str, timeout: float, *, max_receive: int = UNLIMITED) -> None:
         self.project = project
         self.timeout = timeout
         # The Google clients read PUBSUB_EMULATOR_HOST themselves (an insecure channel to it);
         # like google.cloud.pubsub_v1's clients, ask for no credentials then.
-        credentials = AnonymousCredentials() if emulator_host() else None  # type: ignore[no-untyped-call]
+        host = emulator_host()
+        credentials = AnonymousCredentials() if host else None  # type: ignore[no-untyped-call]
         try:
             self.publisher = PublisherClient(credentials=credentials)
-            self.subscriber = SubscriberClient(credentials=credentials)
+            if host:
+                # The client's own emulator channel keeps gRPC's 4 MiB receive limit, which a
+                # pull of 100 tasks of 100 KB is over (on Pub/Sub it sets no limit): the same
+                # channel, without it.
+                channel = grpc.insecure_channel(
+                    host,
+                    options=[
+                        ("grpc.max_receive_message_length", max_receive),
+                        ("grpc.max_send_message_length", UNLIMITED),
+                    ],
+                )
+                self.subscriber = SubscriberClient(
+                    transport=SubscriberGrpcTransport(channel=channel)
+                )
+            else:
+                self.subscriber = SubscriberClient(credentials=credentials)
         except auth_exceptions.DefaultCredentialsError as exc:
             raise ConfigurationError(
                 f"pubsub://{project} found no Google credentials; provide Application Default"
@@ -71,6 +93,8 @@ class PubSubRpc:
                 " GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, run on GCP with a"
                 " service account, or set PUBSUB_EMULATOR_HOST to use the emulator"
             ) from exc
+        self._pull_caps: dict[str, int] = {}
+        """Subscription -> most messages a pull asks for, after an answer over the receive limit."""
         self._executor: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -121,18 +145,29 @@ class PubSubRpc:
     ) -> list[Any]:
         """Up to max_messages ReceivedMessage protobufs, waiting at most `wait` s for the first.
 
-        A pull that finds nothing within `wait` is an empty answer, not an error.
+        A pull that finds nothing within `wait` is an empty answer, not an error. An answer
+        over the channel's receive limit is asked again for half as many messages (down to one),
+        and the subscription's pulls ask for at most that many from then on, so one oversized
+        answer never stalls a subscription; the refused answer's messages come back when their
+        ack deadline ends.
         """
-        request = pubsub_types.PullRequest.wrap(
-            pubsub_types.PullRequest.pb()(subscription=subscription, max_messages=max_messages)
-        )
 
         def pull(timeout: float) -> list[Any]:
-            try:
-                response = self.subscriber.pull(request=request, retry=None, timeout=timeout)
-            except gexc.DeadlineExceeded:
-                return []
-            return list(pubsub_types.PullResponse.pb(response).received_messages)
+            while True:
+                size = min(max_messages, self._pull_caps.get(subscription, max_messages))
+                request = pubsub_types.PullRequest.wrap(
+                    pubsub_types.PullRequest.pb()(subscription=subscription, max_messages=size)
+                )
+                try:
+                    response = self.subscriber.pull(request=request, retry=None, timeout=timeout)
+                except gexc.DeadlineExceeded:
+                    return []
+                except gexc.ResourceExhausted as exc:
+                    if TOO_LARGE not in str(exc) or size == 1:
+                        raise
+                    self._pull_caps[subscription] = max(size // 2, 1)
+                    continue
+                return list(pubsub_types.PullResponse.pb(response).received_messages)
 
         return self.call(
             pull, queue=queue, resource=subscription, budget=budget, attempt_timeout=wait

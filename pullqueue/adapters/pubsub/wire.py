@@ -139,6 +139,11 @@ class Delivery:
     """Why no worker may be handed the message (it goes to the dead-letter topic), or None."""
 
     @property
+    def size(self) -> int:
+        """Bytes this delivery takes in hand: its payload and attributes."""
+        return len(self.payload) + sum(len(k) + len(v) for k, v in self.attributes.items())
+
+    @property
     def order(self) -> float:
         """The sort key of 'oldest first': the ETA when set, else the publish time."""
         return self.eta if self.eta is not None else self.published
