@@ -189,11 +189,6 @@ class Task(_CoreTask):
 
     __slots__ = ()
 
-    def __new__(cls, payload: bytes | str | None = None, *args: Any, **kwargs: Any) -> Task:
-        if payload is None and cls is Task and not kwargs.get("params"):
-            return _CoreTask.__new__(_NameOnlyTask)
-        return _CoreTask.__new__(cls)
-
     def __init__(
         self,
         payload: bytes | str | None = None,
@@ -217,8 +212,11 @@ class Task(_CoreTask):
                 raise InvalidTaskNameError(f"the task name must be a string, not {name!r}")
             _validate_task_name(name)
         if payload is None:
-            if type(self) is not _NameOnlyTask:
+            # A name handle becomes a _NameOnlyTask here (same slots, so the class can change)
+            # rather than in a __new__, which every Task would pay for.
+            if type(self) is not Task or (kwargs and kwargs.get("params")):
                 raise InvalidTaskError("payload must be specified for pull task", task=name)
+            self.__class__ = _NameOnlyTask
             payload = b""
         if not isinstance(payload, str | bytes):
             raise InvalidTaskError(f"Task payloads must be strings; invalid payload: {payload!r}")
