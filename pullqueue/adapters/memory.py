@@ -573,17 +573,8 @@ class MemoryBackend:
         """Every task of the queue, leased or not, oldest ETA (or lease expiry) first."""
         with self._lock:
             state = self._queue(queue)
-            snapshot = [
-                Task.restore(
-                    payload=e.payload,
-                    name=e.name,
-                    tag=e.tag,
-                    eta_posix=e.eta / USEC,
-                    retry_count=e.retry_count,
-                    queue_name=queue,
-                )
-                for e in sorted(state.tasks.values(), key=lambda e: (e.eta, e.name))
-            ]
+            ordered = sorted(state.tasks.values(), key=lambda e: (e.eta, e.name))
+            snapshot = [_listed(e, queue) for e in ordered]
         yield from snapshot
 
     def list_queues(self) -> list[str]:
@@ -605,17 +596,7 @@ class MemoryBackend:
                 cursor = (round(after[0] * 1e6), after[1])
                 entries = (e for e in entries if (e.eta, e.name) > cursor)
             page = heapq.nsmallest(limit, entries, key=lambda e: (e.eta, e.name))
-            return [
-                Task.restore(
-                    payload=e.payload,
-                    name=e.name,
-                    tag=e.tag,
-                    eta_posix=e.eta / USEC,
-                    retry_count=e.retry_count,
-                    queue_name=queue,
-                )
-                for e in page
-            ]
+            return [_listed(e, queue) for e in page]
 
     def tag_counts(self, queue: str) -> dict[str | None, int]:
         """Tasks per tag (None: untagged), leased ones included."""
@@ -644,3 +625,15 @@ def from_url(url: SplitResult, options: dict[str, Any]) -> MemoryBackend:
         raise ConfigurationError(f"memory:// takes no host or path, got {url.geturl()!r}")
     clock = options.get("clock", time.time)
     return MemoryBackend(clock=clock, retry_limits=options.get("retry_limits"))
+
+
+def _listed(entry: _Entry, queue: str) -> Task:
+    """A task as a listing shows it (not leased by the caller): its fields and retry count."""
+    return Task.restore(
+        payload=entry.payload,
+        name=entry.name,
+        tag=entry.tag,
+        eta_posix=entry.eta / USEC,
+        retry_count=entry.retry_count,
+        queue_name=queue,
+    )
