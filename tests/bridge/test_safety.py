@@ -355,7 +355,12 @@ def test_sigterm_finishes_calls_in_flight_gives_leases_back_and_exits_0(
             adders = [threading.Thread(target=adder, daemon=True) for _ in range(4)]
             for thread in adders:
                 thread.start()
-            time.sleep(1.5)
+            # Calls are in flight when the signal comes: wait for the adders' first answers
+            # (under load the first call of a thread can take longer than a fixed pause).
+            started = time.monotonic() + 30
+            while outcomes["added"] < len(adders) and time.monotonic() < started:
+                time.sleep(0.05)
+            time.sleep(0.5)
             process.send_signal(signal.SIGTERM)
             try:
                 code = process.wait(60)
