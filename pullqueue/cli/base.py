@@ -13,7 +13,7 @@ import socket
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 import pydantic
@@ -22,6 +22,9 @@ from pullqueue.adapters.base import Backend
 from pullqueue.config import Settings
 from pullqueue.errors import ConfigurationError, Error
 from pullqueue.registry import connect, default_backend
+
+if TYPE_CHECKING:
+    from pullqueue.metrics import PrometheusEndpoint
 
 EXIT_OK = 0
 """The command did what it was asked."""
@@ -324,3 +327,18 @@ class OutputFile(click.Path):
         except click.BadParameter as exc:
             self.fail(exc.message, param, ctx)
         return path
+
+
+def serve_metrics(port: int) -> PrometheusEndpoint:
+    """`--metrics-port`: Prometheus metrics on `port`, or a usage error saying what to do."""
+    from pullqueue.metrics import serve_prometheus
+
+    try:
+        return serve_prometheus(port)
+    except ImportError as exc:
+        raise click.BadParameter(str(exc), param_hint="--metrics-port") from exc
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot serve metrics on port {port}: {exc.strerror or exc}; pick a free port",
+            param_hint="--metrics-port",
+        ) from exc

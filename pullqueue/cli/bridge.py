@@ -19,9 +19,9 @@ from pullqueue.cli.base import (
     Count,
     connect_backend,
     fail,
+    serve_metrics,
     url_option,
 )
-from pullqueue.metrics import serve_prometheus
 
 TICKET_ENV = "PULLQUEUE_BRIDGE_TICKET"
 
@@ -105,17 +105,7 @@ def bridge(
             f" carry (--ticket-file FILE or env {TICKET_ENV}), or listen on 127.0.0.1"
         )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    endpoint = None
-    if metrics_port is not None:
-        try:
-            endpoint = serve_prometheus(metrics_port)
-        except ImportError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--metrics-port'") from exc
-        except OSError as exc:
-            raise click.BadParameter(
-                f"cannot serve metrics on port {metrics_port}: {exc.strerror or exc}",
-                param_hint="'--metrics-port'",
-            ) from exc
+    endpoint = serve_metrics(metrics_port) if metrics_port is not None else None
     backend = connect_backend(url, shared=True)
     try:
         server = Bridge(backend, ticket=ticket, upstream=upstream)

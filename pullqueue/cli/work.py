@@ -25,6 +25,7 @@ from pullqueue.cli.base import (
     connect_backend,
     fail,
     lease_seconds_option,
+    serve_metrics,
     url_option,
 )
 from pullqueue.errors import (
@@ -33,7 +34,7 @@ from pullqueue.errors import (
     PermissionDeniedError,
     UnknownQueueError,
 )
-from pullqueue.metrics import PrometheusEndpoint, serve_prometheus
+from pullqueue.metrics import PrometheusEndpoint
 from pullqueue.queue import Queue
 from pullqueue.worker.backoff import Backoff
 from pullqueue.worker.handler import is_batch_handler, load_handler
@@ -162,15 +163,7 @@ def work(
 
 
 def _serve_metrics(port: int) -> PrometheusEndpoint:
-    try:
-        endpoint = serve_prometheus(port)
-    except ImportError as exc:
-        raise click.BadParameter(str(exc), param_hint="--metrics-port") from exc
-    except OSError as exc:
-        raise click.BadParameter(
-            f"cannot serve metrics on port {port}: {exc.strerror or exc}; pick a free port",
-            param_hint="--metrics-port",
-        ) from exc
+    endpoint = serve_metrics(port)
     log_event(logger, logging.INFO, "metrics", port=endpoint.port, path="/metrics")
     return endpoint
 
