@@ -94,7 +94,8 @@ class Bridge:
     async def _close(self, _app: web.Application) -> None:
         if self._session is not None:
             await self._session.close()
-        self._pool.shutdown(wait=True)
+        # Off the loop, so the drain's grace period can still end a call that runs on.
+        await asyncio.to_thread(self._pool.shutdown, True)
 
     async def _health(self, _request: web.Request) -> web.Response:
         if self.draining:

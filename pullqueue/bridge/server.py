@@ -59,10 +59,11 @@ def serve(
     *,
     on_ready: Callable[[int], None] | None = None,
     grace: float = 30.0,
-) -> None:
-    """Serve until SIGTERM/SIGINT, then drain and return (the caller closes the backend)."""
+) -> bool:
+    """Serve until SIGTERM/SIGINT, then drain and return whether every call in flight finished
+    within `grace` seconds (the caller closes the backend either way)."""
 
-    async def main() -> None:
+    async def main() -> bool:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -73,9 +74,13 @@ def serve(
         await stop.wait()
         bridge.draining = True
         # cleanup() closes the listening socket first, then waits for the calls in flight.
-        await asyncio.wait_for(runner.cleanup(), grace)
+        try:
+            await asyncio.wait_for(runner.cleanup(), grace)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
-    asyncio.run(main())
+    return asyncio.run(main())
 
 
 class BackgroundBridge:

@@ -120,7 +120,7 @@ def bridge(
             )
 
         try:
-            serve(server, host, port, on_ready=ready)
+            drained = serve(server, host, port, on_ready=ready)
         except OSError as exc:
             fail(
                 f"cannot listen on {listen}: {exc.strerror or exc}; pick a free address with"
@@ -131,6 +131,8 @@ def bridge(
         backend.close()
         if endpoint is not None:
             endpoint.close()
+    if not drained:
+        fail("calls still in flight after the 30 s grace period were cut off; backend closed")
     click.echo("pullqueue bridge: stopped (calls in flight finished, backend closed)", err=True)
 
 
