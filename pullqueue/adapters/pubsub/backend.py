@@ -471,7 +471,8 @@ class PubSubBackend:
                     break
                 source = oldest.subscription
                 drained.add(source)
-                if not fresh and source in emptied and any(d.subscription == source for d in hand):
+                # `oldest` came from `hand`, so the hand holds tasks of `source`.
+                if not fresh and source in emptied:
                     # Drained to empty in an earlier call and given nothing back since: what
                     # came later is younger than what is in hand from it.
                     continue
