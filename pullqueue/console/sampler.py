@@ -6,6 +6,7 @@ reader; pages show its latest reading, and the backlog plots draw from its ring 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -50,7 +51,9 @@ class Sampler:
         self.backend = backend
         self.workers = workers
         self.period = default_period(backend.url) if period is None else period
-        self.reader = reader
+        # One reader (one Cloud Monitoring client) per project for the console's life, not one
+        # per queue per reading.
+        self.reader = functools.cache(reader)
         self._clock = clock
         self._lock = threading.Lock()
         self._read_lock = threading.Lock()
