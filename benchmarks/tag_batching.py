@@ -12,11 +12,15 @@ task (one each plus those given back unleased) and the workers' peak memory grow
 
 `--stop-at-first-empty`: each thread stops at its first empty lease, as the legacy docs tell a
 worker to; the `left` column counts the tasks no worker leased (tasks a stopped process gave back
-at exit count). `--payload-bytes B`: payloads of B bytes; `--plain` adds a row of plain
-`lease_tasks` on the same workload, the throughput a lease by tag is compared with.
+at exit count). `--payload-bytes B ...`: payloads of B bytes (each size in turn); `--plain` adds
+a row of plain `lease_tasks` on the same workload, the throughput a lease by tag is compared with,
+and prints the ratio of the two. `--max-tasks M`: every lease asks for M tasks; for a like-for-like
+comparison give each tag at least M tasks (tasks >= M x tags), so that both calls can return M.
+`peak MB` is a worker process's largest resident size.
 
     python benchmarks/tag_batching.py [--tasks 20000] [--tags 200 1000] [--processes 4]
-        [--threads 1] [--runs 3] [--stop-at-first-empty] [--payload-bytes 0] [--plain]
+        [--threads 1] [--runs 3] [--stop-at-first-empty] [--payload-bytes 0 ...] [--plain]
+        [--max-tasks 1000]
 
 Honours PUBSUB_EMULATOR_HOST; otherwise starts the emulator from the gcloud SDK (stopped at exit).
 """
@@ -24,6 +28,7 @@ Honours PUBSUB_EMULATOR_HOST; otherwise starts the emulator from the gcloud SDK 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -71,6 +76,8 @@ class Outcome:
     """Tasks no worker leased (stop-at-first-empty runs)."""
     grown_mb: float = 0.0
     """The largest growth of a worker process's peak memory during the drain (MB)."""
+    peak_mb: float = 0.0
+    """The largest peak resident size of a worker process (MB), start included."""
     rate: float = 0.0
     """Tasks per second of the drain."""
 
@@ -125,6 +132,7 @@ def work(
     *,
     first_empty: bool = False,
     plain: bool = False,
+    max_tasks: int = 1000,
 ) -> tuple[list[tuple[float, list[str], list[str]]], int]:
     """The migrated worker's loop until `progress` says every worker's deletes add up to the
     whole queue (or nothing came for stop_after_idle seconds, or at the first empty lease);
@@ -135,7 +143,7 @@ def work(
     empty = 0
     while True:
         lease = queue.lease_tasks if plain else queue.lease_tasks_by_tag  # type: ignore[attr-defined]
-        batch = lease(60, 1000)
+        batch = lease(60, max_tasks)
         if not batch:
             if progress.drained():
                 break
@@ -153,7 +161,7 @@ def work(
 
 
 def work_threads(
-    queue: object, threads: int, stop_after_idle: float, progress: Progress, **options: bool
+    queue: object, threads: int, stop_after_idle: float, progress: Progress, **options: Any
 ) -> tuple[list[tuple[float, list[str], list[str]]], int]:
     """work() in `threads` threads of this process at once; their batches and empty leases."""
     results: list[tuple[list[tuple[float, list[str], list[str]]], int]] = []
@@ -196,14 +204,14 @@ def summarize(
     )
 
 
-def run_memory(pairs: list[tuple[str, str]]) -> Outcome:
+def run_memory(pairs: list[tuple[str, str]], max_tasks: int = 1000) -> Outcome:
     from pullqueue import connect
     from pullqueue.compat import taskqueue
 
     queue = taskqueue.Queue(QUEUE, connect("memory://"))
     add_all(queue, pairs)
     start = time.time()
-    batches, _ = work(queue, 0.0, Progress(lambda done: True))
+    batches, _ = work(queue, 0.0, Progress(lambda done: True), max_tasks=max_tasks)
     return summarize(pairs, batches, start)
 
 
@@ -215,6 +223,7 @@ def run_pubsub(
     payload_bytes: int = 0,
     first_empty: bool = False,
     plain: bool = False,
+    max_tasks: int = 1000,
 ) -> Outcome:
     from pullqueue import Settings
     from pullqueue.adapters.pubsub import PubSubBackend
@@ -240,6 +249,7 @@ def run_pubsub(
                     str(len(pairs)),
                     str(threads),
                     "first-empty" if first_empty else "plain" if plain else "drain",
+                    str(max_tasks),
                 ],
                 env={**os.environ, "PULLQUEUE_AUTO_CREATE": "1"},
             )
@@ -256,7 +266,7 @@ def run_pubsub(
                 raise SystemExit(f"worker exited with {w.returncode}")
         batches = []
         calls = skipped = empty = 0
-        grown = 0.0
+        grown = peak = 0.0
         for n in range(processes):
             report = json.loads(Path(tmp, f"out-{n}.json").read_text())
             batches += [tuple(b) for b in report["batches"]]
@@ -264,8 +274,9 @@ def run_pubsub(
             skipped += report["skipped"]
             empty += report["empty"]
             grown = max(grown, report["grown_mb"])
+            peak = max(peak, report["peak_mb"])
     outcome = summarize(pairs, batches, start)  # type: ignore[arg-type]
-    outcome.empty, outcome.grown_mb = empty, grown
+    outcome.empty, outcome.grown_mb, outcome.peak_mb = empty, grown, peak
     outcome.rate = len(pairs) / max(outcome.drain, 1e-3)
     if first_empty:
         # What the workers left is the figure; nobody leases it afterwards.
@@ -308,7 +319,9 @@ def recover(project: str, missing: set[str]) -> int:
     return len(found)
 
 
-def worker_main(project: str, tmp: str, index: str, total: str, threads: str, mode: str) -> None:
+def worker_main(
+    project: str, tmp: str, index: str, total: str, threads: str, mode: str, max_tasks: str
+) -> None:
     from pullqueue import Settings
     from pullqueue.adapters.pubsub import PubSubBackend
     from pullqueue.compat import taskqueue
@@ -335,10 +348,12 @@ def worker_main(project: str, tmp: str, index: str, total: str, threads: str, mo
             Progress(drained),
             first_empty=mode == "first-empty",
             plain=mode == "plain",
+            max_tasks=int(max_tasks),
         )
     finally:
         backend.close()
-    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    grown_mb = peak_mb - before / 1024
     # Deliveries this process consumed without leasing the task (held tasks given back).
     skipped = sum(backend._book._skipped.values())
     report = {
@@ -347,6 +362,7 @@ def worker_main(project: str, tmp: str, index: str, total: str, threads: str, mo
         "skipped": skipped,
         "empty": empty,
         "grown_mb": grown_mb,
+        "peak_mb": peak_mb,
     }
     Path(tmp, f"out-{index}.json").write_text(json.dumps(report))
 
@@ -377,7 +393,16 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="each thread stops at its first empty lease; print what was left behind",
     )
-    parser.add_argument("--payload-bytes", type=int, default=0, help="payload size (bytes)")
+    parser.add_argument(
+        "--payload-bytes", type=int, nargs="+", default=[0], help="payload sizes (bytes), in turn"
+    )
+    parser.add_argument(
+        "--max-tasks",
+        type=int,
+        default=1000,
+        help="max_tasks of every lease call, by tag and plain (give the tags at least this many"
+        " tasks each for a like-for-like throughput comparison)",
+    )
     parser.add_argument(
         "--plain", action="store_true", help="also run plain lease_tasks, the throughput baseline"
     )
@@ -387,23 +412,24 @@ def main(argv: list[str] | None = None) -> None:
     host = shared_emulator_host("pubsub")
     print(
         f"{args.tasks} tasks, {args.processes} worker processes x {args.threads} threads,"
-        f" payloads of {args.payload_bytes} bytes, {args.runs} run(s), emulator {host};"
+        f" max_tasks {args.max_tasks}, {args.runs} run(s), emulator {host};"
         " memory:// is the same loop in one process"
         + ("; each thread stops at its first empty lease" if args.stop_at_first_empty else "")
     )
     print(
-        f"{'tags':>6} {'backend':<8} {'batch':>7} {'ratio':>6} {'drain s':>8} {'tasks/s':>8}"
+        f"{'payload':>8} {'tags':>6} {'backend':<8} {'batch':>7} {'ratio':>6} {'drain s':>8}"
+        f" {'tasks/s':>8}"
         f" {'leases':>7} {'empty':>6} {'left':>5} {'lost':>5} {'late':>5} {'mixed':>6}"
-        f" {'dups':>5} {'calls/lease':>11} {'deliv/task':>10} {'grown MB':>8}"
+        f" {'dups':>5} {'calls/lease':>11} {'deliv/task':>10} {'grown MB':>8} {'peak MB':>7}"
     )
-    for tags in args.tags:
+    for payload_bytes, tags in itertools.product(args.payload_bytes, args.tags):
         rows: dict[str, list[Outcome]] = {"memory": [], "pubsub": []}
         if args.plain:
             rows["plain"] = []
         for run in range(args.runs):
             pairs = tasks_for(args.tasks, tags, seed=run)
-            rows["memory"].append(run_memory(pairs))
-            options = {"payload_bytes": args.payload_bytes}
+            rows["memory"].append(run_memory(pairs, args.max_tasks))
+            options = {"payload_bytes": payload_bytes, "max_tasks": args.max_tasks}
             rows["pubsub"].append(
                 run_pubsub(
                     pairs,
@@ -421,7 +447,7 @@ def main(argv: list[str] | None = None) -> None:
         for label, outcomes in rows.items():
             batch = statistics.median(o.mean_batch for o in outcomes)
             print(
-                f"{tags:>6} {label:<8} {batch:>7.1f} {batch / base:>6.2f}"
+                f"{payload_bytes:>8} {tags:>6} {label:<8} {batch:>7.1f} {batch / base:>6.2f}"
                 f" {statistics.median(o.drain for o in outcomes):>8.1f}"
                 f" {statistics.median(o.rate for o in outcomes):>8.0f}"
                 f" {statistics.median(o.leases for o in outcomes):>7.0f}"
@@ -432,13 +458,18 @@ def main(argv: list[str] | None = None) -> None:
                 f" {max(o.duplicates for o in outcomes):>5}"
                 f" {statistics.median(o.calls_per_lease for o in outcomes):>11.1f}"
                 f" {statistics.median(o.deliveries_per_task for o in outcomes):>10.3f}"
-                f" {statistics.median(o.grown_mb for o in outcomes):>8.0f}",
+                f" {statistics.median(o.grown_mb for o in outcomes):>8.0f}"
+                f" {statistics.median(o.peak_mb for o in outcomes):>7.0f}",
                 flush=True,
             )
+        if args.plain:
+            by_tag = statistics.median(o.rate for o in rows["pubsub"])
+            plain = statistics.median(o.rate for o in rows["plain"])
+            print(f"by tag / plain, tasks per second: {by_tag / max(plain, 1e-9):.2f}", flush=True)
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker_main(*sys.argv[2:8])
+        worker_main(*sys.argv[2:9])
     else:
         main()
