@@ -16,7 +16,10 @@ at exit count). `--payload-bytes B ...`: payloads of B bytes (each size in turn)
 a row of plain `lease_tasks` on the same workload, the throughput a lease by tag is compared with,
 and prints the ratio of the two. `--max-tasks M`: every lease asks for M tasks; for a like-for-like
 comparison give each tag at least M tasks (tasks >= M x tags), so that both calls can return M.
-`peak MB` is a worker process's largest resident size.
+`peak MB` is a worker process's largest resident size. `--work` adds a row of real
+`pullqueue work --group-by-tag --concurrency THREADS` processes (`--processes` of them) with the
+batch handler benchmarks/work_recorder.py:record; its calls/lease column is lease calls per
+non-empty lease, its drain time counts from the processes' start.
 
     python benchmarks/tag_batching.py [--tasks 20000] [--tags 200 1000] [--processes 4]
         [--threads 1] [--runs 3] [--stop-at-first-empty] [--payload-bytes 0 ...] [--plain]
@@ -54,6 +57,11 @@ RECOVER_SECONDS = 90.0
 pull whose answer came after the client's deadline hides its messages for their ack deadline,
 60 s, and Pub/Sub then delivers them again)."""
 QUEUE = "tagbench"
+WORK_IDLE = 5.0
+"""--work: a `pullqueue work` process exits after this long without a task."""
+WORK_LEASE_RATE = 1000
+"""--work: PULLQUEUE_LEASE_REQUESTS_PER_SECOND, high enough that the legacy client-side cap of 10
+lease calls a second does not decide the drain time (the benchmark's own loop has no cap)."""
 
 
 @dataclass
@@ -297,6 +305,87 @@ def run_pubsub(
     return outcome
 
 
+def run_work(
+    pairs: list[tuple[str, str]],
+    processes: int,
+    concurrency: int,
+    *,
+    payload_bytes: int = 0,
+    max_tasks: int = 1000,
+) -> Outcome:
+    """`pullqueue work --group-by-tag --concurrency N` in `processes` real processes, with the
+    batch handler benchmarks/work_recorder.py:record, until each has been idle WORK_IDLE s."""
+    from pullqueue import Settings
+    from pullqueue.adapters.pubsub import PubSubBackend
+    from pullqueue.compat import taskqueue
+
+    project = f"bench-{uuid.uuid4().hex[:8]}"
+    producer = PubSubBackend(project, settings=Settings(), auto_create=True)
+    try:
+        add_all(taskqueue.Queue(QUEUE, producer), pairs, payload_bytes)
+    finally:
+        producer.close()
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory(prefix="tagbench-") as tmp:
+        env = {
+            **os.environ,
+            "PULLQUEUE_AUTO_CREATE": "1",
+            "PULLQUEUE_LEASE_REQUESTS_PER_SECOND": str(WORK_LEASE_RATE),
+            "TAGBENCH_OUT": tmp,
+            "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+        }
+        command = [
+            sys.executable,
+            "-c",
+            "from pullqueue.cli import main; main()",
+            "work",
+            QUEUE,
+            "benchmarks.work_recorder:record",
+            "--group-by-tag",
+            "--batch-size",
+            str(max_tasks),
+            "--concurrency",
+            str(concurrency),
+            "--url",
+            f"pubsub://{project}",
+            "--exit-when-idle",
+            str(WORK_IDLE),
+            "--max-backoff",
+            "0.5",
+        ]
+        start = time.time()
+        workers = [
+            subprocess.Popen(command, env=env, cwd=root, stderr=subprocess.DEVNULL)
+            for _ in range(processes)
+        ]
+        for w in workers:
+            if w.wait() != 0:
+                raise SystemExit(f"pullqueue work exited with {w.returncode}")
+        batches: list[tuple[float, list[str], list[str]]] = []
+        for path in Path(tmp).glob("batches-*.jsonl"):
+            for line in path.read_text().splitlines():
+                item = json.loads(line)
+                batches.append((item["t"], item["names"], item["tags"]))
+        leases: list[tuple[float, int]] = []
+        skipped = 0
+        for path in Path(tmp).glob("leases-*.json"):
+            report = json.loads(path.read_text())
+            leases += [(t, n) for t, n in report["leases"]]
+            skipped += report["skipped"]
+    outcome = summarize(pairs, batches, start)
+    # Workers started after `start`: their start-up is in the drain, as a deployment's would be.
+    end = max((t for t, _, _ in batches), default=start)
+    outcome.empty = sum(1 for t, n in leases if n == 0 and t <= end)
+    outcome.rate = len(pairs) / max(outcome.drain, 1e-3)
+    if outcome.lost:
+        seen = {name for _, names, _ in batches for name in names}
+        outcome.late = recover(project, {name for name, _ in pairs} - seen)
+        outcome.lost -= outcome.late
+    outcome.calls_per_lease = len(leases) / max(outcome.leases, 1)
+    outcome.deliveries_per_task = (len(pairs) + outcome.duplicates + skipped) / len(pairs)
+    return outcome
+
+
 def recover(project: str, missing: set[str]) -> int:
     """Lease what the workers left for up to RECOVER_SECONDS: how many of `missing` came."""
     from pullqueue import Settings
@@ -404,6 +493,11 @@ def main(argv: list[str] | None = None) -> None:
         " tasks each for a like-for-like throughput comparison)",
     )
     parser.add_argument(
+        "--work",
+        action="store_true",
+        help="also run real `pullqueue work --group-by-tag --concurrency THREADS` processes",
+    )
+    parser.add_argument(
         "--plain", action="store_true", help="also run plain lease_tasks, the throughput baseline"
     )
     args = parser.parse_args(argv)
@@ -426,6 +520,8 @@ def main(argv: list[str] | None = None) -> None:
         rows: dict[str, list[Outcome]] = {"memory": [], "pubsub": []}
         if args.plain:
             rows["plain"] = []
+        if args.work:
+            rows["work"] = []
         for run in range(args.runs):
             pairs = tasks_for(args.tasks, tags, seed=run)
             rows["memory"].append(run_memory(pairs, args.max_tasks))
@@ -443,6 +539,8 @@ def main(argv: list[str] | None = None) -> None:
                 rows["plain"].append(
                     run_pubsub(pairs, args.processes, args.threads, plain=True, **options)
                 )
+            if args.work:
+                rows["work"].append(run_work(pairs, args.processes, args.threads, **options))
         base = statistics.median(o.mean_batch for o in rows["memory"])
         for label, outcomes in rows.items():
             batch = statistics.median(o.mean_batch for o in outcomes)
