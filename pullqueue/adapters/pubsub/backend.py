@@ -246,8 +246,10 @@ class PubSubBackend:
     ) -> list[Task]:
         topology = self.topology(queue)
         end = time.monotonic() + deadline
-        if group_by_tag and tag is not None:
-            with self._hand(queue).serving(end):
+        # Every lease serves the hand in turn, one without tag too: a lease from any thread
+        # sees every task the process holds, none being out in another thread's call.
+        with self._hand(queue).serving(end):
+            if group_by_tag and tag is not None:
                 picked = self._collect(
                     queue,
                     topology,
@@ -257,11 +259,10 @@ class PubSubBackend:
                     _of_tag(tag),
                     rotate=False,
                 )
-        elif group_by_tag:
-            with self._hand(queue).serving(end):
+            elif group_by_tag:
                 picked = self._collect_oldest_group(queue, topology, max_tasks, end)
-        else:
-            picked = self._collect_any(queue, topology, max_tasks, end)
+            else:
+                picked = self._collect_any(queue, topology, max_tasks, end)
         return self._grant(queue, topology, picked, lease_seconds)
 
     def _collect_any(
