@@ -60,6 +60,13 @@ LEASE_TOKEN_SLACK = 1e-6
 carry microseconds, lease ends are floats)."""
 NEXT_PULL_WAIT = 0.25
 """Seconds a pull waits on an empty subscription once the lease call has tasks to answer with."""
+CLAIMANT_WAIT = 5.0
+"""Seconds a lease by oldest tag that finds only tasks other processes hold (their shards'
+claims) keeps looking before it answers []."""
+CLAIMANT_POLL = 0.5
+"""Seconds between those looks."""
+EMPTY_POLL = 0.25
+"""Seconds between the looks of a lease by oldest tag that found nothing, until the pull wait."""
 PROBE_SIZE = 1
 """Messages a lease by oldest tag pulls from each subscription it holds nothing from."""
 SIZE_GUESS = 2**20
@@ -245,7 +252,8 @@ class PubSubBackend:
         deadline: float = 10.0,
     ) -> list[Task]:
         topology = self.topology(queue)
-        end = time.monotonic() + deadline
+        began = time.monotonic()
+        end = began + deadline
         # Every lease serves the hand in turn, one without tag too: a lease from any thread
         # sees every task the process holds, none being out in another thread's call.
         with self._hand(queue).serving(end):
@@ -260,10 +268,62 @@ class PubSubBackend:
                     rotate=False,
                 )
             elif group_by_tag:
-                picked = self._collect_oldest_group(queue, topology, max_tasks, end)
+                picked = self._lease_oldest(queue, topology, max_tasks, began, end)
             else:
                 picked = self._collect_any(queue, topology, max_tasks, end)
+        if group_by_tag and tag is None and not picked:
+            picked = self._await_claimants(queue, topology, max_tasks, end)
         return self._grant(queue, topology, picked, lease_seconds)
+
+    def _await_claimants(
+        self, queue: str, topology: QueueTopology, max_tasks: int, end: float
+    ) -> list[Delivery]:
+        """Before a lease by oldest tag answers [] while other processes hold the claims of
+        shards it found tasks of, look again every CLAIMANT_POLL seconds for up to
+        CLAIMANT_WAIT (never past the deadline less two pull waits), asking for those claims
+        each time: a claim won (its holder served the shard, or stopped) lets this call drain
+        the shard. An idle worker asks a few times while another process serves its shards, not
+        once per pull. The hand is let go between looks, so other threads lease meanwhile."""
+        hand = self._hand(queue)
+        give_up = min(time.monotonic() + CLAIMANT_WAIT, end - 2 * self.settings.pubsub_pull_wait)
+        picked: list[Delivery] = []
+        while not picked and hand.claimed_elsewhere() and time.monotonic() < give_up:
+            time.sleep(max(min(CLAIMANT_POLL, give_up - time.monotonic()), 0.0))
+            last = time.monotonic() + CLAIMANT_POLL >= give_up
+            with hand.serving_by(give_up) as free:
+                if not free:
+                    break
+                hand.ask_claims_again()
+                picked = self._collect_oldest_group(queue, topology, max_tasks, end, last_look=last)
+        return picked
+
+    def _lease_oldest(
+        self, queue: str, topology: QueueTopology, max_tasks: int, began: float, end: float
+    ) -> list[Delivery]:
+        """_collect_oldest_group, answering [] no sooner than the pull wait: a pull of an empty
+        subscription may answer at once (the emulator does), and a process that finds nothing
+        while other processes serve the shards would ask again and again, each call an empty
+        lease. Looks every EMPTY_POLL seconds meanwhile; the last look is taken at the end.
+
+        A call that waited for the hand (begun at `began`) while another thread's look found
+        nothing, that look begun after this call and nothing held or given back since,
+        answers [] at once: that look was this call's, and threads waiting in turn would
+        otherwise add a pull wait each and run past their deadlines.
+        """
+        hand = self._hand(queue)
+        if hand.found_nothing_since(began):
+            return []
+        until = min(time.monotonic() + self.settings.pubsub_pull_wait, end)
+        while True:
+            looked = time.monotonic()
+            last = looked + EMPTY_POLL >= until
+            picked = self._collect_oldest_group(queue, topology, max_tasks, end, last_look=last)
+            if picked:
+                return picked
+            if last:
+                hand.found_nothing(looked)
+                return picked
+            time.sleep(EMPTY_POLL)
 
     def _collect_any(
         self, queue: str, topology: QueueTopology, max_tasks: int, end: float
@@ -359,7 +419,13 @@ class PubSubBackend:
         return picked
 
     def _collect_oldest_group(
-        self, queue: str, topology: QueueTopology, max_tasks: int, end: float
+        self,
+        queue: str,
+        topology: QueueTopology,
+        max_tasks: int,
+        end: float,
+        *,
+        last_look: bool = True,
     ) -> list[Delivery]:
         """The tasks sharing the tag of the oldest available task in hand.
 
@@ -367,13 +433,14 @@ class PubSubBackend:
         from (a probe). The subscription the oldest task came from is then drained into the
         hand, since Pub/Sub hands out in no set order and an older task may be further back, and
         the oldest is chosen again; its tag's tasks are all in hand then, even with other
-        processes leasing (they find that shard empty while this process serves it).
+        processes leasing (they find that shard empty while this process serves it). With
+        `last_look`, a call that finds nothing looks once more at every subscription.
         """
         held = self._hand(queue)
         held.serving_oldest(time.time())
         hand = held.take(None, self.settings.pubsub_hold_max + max_tasks)
         hand, drained, partial = self._gather(queue, topology, hand, end, fresh=False)
-        if not hand and time.monotonic() < end:
+        if not hand and last_look and time.monotonic() < end:
             # A last look before answering []: every subscription, including those found empty
             # or claimed a moment ago (tasks may have been given back to them since). The
             # claims go back first, so a process that took a head of one of them while this one
@@ -1112,9 +1179,6 @@ class PubSubBackend:
             return
         self._closed = True
         self._keeper.stop()
-        self._claims.release_all(
-            {q: (t.claims, t.claims_topic) for q, t in self._topologies.items()}
-        )
         leases = self._book.take_everything()
         held = {queue: hand.close() for queue, hand in self._hands.items()}
         now = time.time()
@@ -1135,6 +1199,11 @@ class PubSubBackend:
                 exc,
             )
         finally:
+            # The claims last: a process that wins one drains the shard with the tasks given
+            # back above in it, its tags whole.
+            self._claims.release_all(
+                {q: (t.claims, t.claims_topic) for q, t in self._topologies.items()}
+            )
             self.rpc.close()
             if self._close_names and self.names is not None:
                 self.names.close()

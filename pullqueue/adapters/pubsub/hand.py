@@ -90,6 +90,12 @@ class Hand:
         """Subscriptions drained to empty into the hand and given nothing back since."""
         self._unclaimed: set[str] = set()
         """Shard subscriptions drained finding no token at all."""
+        self._nothing: float | None = None
+        """When (monotonic) the last look that found nothing began; None once something was
+        held or given back since."""
+        self._claimed: dict[str, float] = {}
+        """Shard subscription -> until when (monotonic) another process is taken to hold its
+        claim and serve its tasks: this process gave it that shard's tasks back."""
         self._whole: dict[str, tuple[int, int]] = {}
         """Subscription -> most tasks and bytes the hand held of it after a drain to empty: what
         room a drain of a subscription is expected to need."""
@@ -113,10 +119,33 @@ class Hand:
         finally:
             self._serve_lock.release()
 
+    @contextlib.contextmanager
+    def serving_by(self, until: float) -> Iterator[bool]:
+        """As serving(), but yields False instead of raising when the hand is not free by
+        `until` (monotonic): the block must then not touch the hand."""
+        if not self._serve_lock.acquire(timeout=max(until - time.monotonic(), 0.0)):
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self._serve_lock.release()
+
     def serving_oldest(self, now: float) -> None:
         """A lease by oldest tag starts: the hand's claimed shards are kept while it is served."""
         with self._lock:
             self._served = now
+
+    def found_nothing(self, began: float) -> None:
+        """A lease's look begun at `began` (monotonic) found nothing this process may lease."""
+        with self._lock:
+            self._nothing = began
+
+    def found_nothing_since(self, began: float) -> bool:
+        """True when a look begun after `began` found nothing, with nothing held or given
+        back since."""
+        with self._lock:
+            return self._nothing is not None and self._nothing >= began
 
     # Holding and taking
 
@@ -149,6 +178,7 @@ class Hand:
         full: list[Delivery] = []
         due: list[Delivery] = []
         with self._lock:
+            self._nothing = None
             for delivery in deliveries:
                 release_at = delivery.pulled_at + hold_for
                 if release_at <= now:
@@ -223,6 +253,7 @@ class Hand:
     def unmark(self, sources: Iterable[str]) -> None:
         """This process gave tasks back to these subscriptions: they are not empty now."""
         with self._lock:
+            self._nothing = None
             for source in sources:
                 self._marks.pop(source, None)
                 self._emptied.discard(source)
@@ -275,10 +306,30 @@ class Hand:
             return True
         shard = topology.shards.index(source)
         outcome = self._claims.claim(self.queue, topology.claims, topology.claims_topic, shard)
-        if outcome is Claim.NO_TOKENS:
-            with self._lock:
+        with self._lock:
+            if outcome is Claim.NO_TOKENS:
                 self._unclaimed.add(source)
+            if outcome is not Claim.TAKEN:
+                self._claimed.pop(source, None)
         return outcome is not Claim.TAKEN
+
+    def ask_claims_again(self) -> None:
+        """Ask again for the claims of the shards given back to other processes: one whose
+        claim this process wins now (its holder served it, or stopped) is probed again at once."""
+        now = time.monotonic()
+        with self._lock:
+            sources = sorted(s for s, until in self._claimed.items() if until > now)
+        for source in sources:
+            if self.may_drain(source):
+                with self._lock:
+                    self._marks.pop(source, None)
+
+    def claimed_elsewhere(self) -> bool:
+        """True while another live process is taken to serve tasks this process found (it
+        gave them back to that process's claimed shard within CLAIMED_RECHECK seconds)."""
+        now = time.monotonic()
+        with self._lock:
+            return any(until > now for until in self._claimed.values())
 
     def unclaimed(self, source: str) -> bool:
         """True for a shard this process drained finding no token at all."""
@@ -311,7 +362,7 @@ class Hand:
         self.give_back([d for d in hand if d.subscription in taken])
         with self._lock:
             for source in taken:
-                self._marks[source] = time.monotonic() + CLAIMED_RECHECK
+                self._marks[source] = self._claimed[source] = time.monotonic() + CLAIMED_RECHECK
         return [d for d in hand if d.subscription not in taken]
 
     # Settling and giving back
