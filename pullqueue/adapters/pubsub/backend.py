@@ -463,14 +463,17 @@ class PubSubBackend:
         held.hold([d for d in hand if d.ack_id not in chosen])
         if tag is not None:
             # Fill up from the tag's subscriptions, but not from one this call drained (all of
-            # it is in hand) or found empty a moment ago.
+            # it is in hand) or found empty a moment ago, unless this process won its claim a
+            # moment ago (other processes give back the heads of it they held).
             now = time.monotonic()
             try:
                 sources = [
                     source
                     for source in topology.sources_of(tag)
-                    if source not in drained
-                    and not held.marked(source, now)
+                    if (
+                        (source not in drained and not held.marked(source, now))
+                        or held.settling(source, now)
+                    )
                     and (source not in topology.shards or held.may_drain(source))
                 ]
             except Error:

@@ -34,6 +34,9 @@ EMPTY_RECHECK = 0.5
 """Seconds a subscription found empty is left out of probes."""
 CLAIMED_RECHECK = 5.0
 """Seconds a shard another process holds the claim of is left out of probes."""
+CLAIM_SETTLE = 2.0
+"""Seconds after winning a shard's claim in which this process pulls the shard again even when
+it drained it to empty: other processes give back the heads of it they probed meanwhile."""
 SETTLE_WAIT = 1.0
 """Seconds the keeper waits for a lease call serving the hand before it settles the hand later."""
 
@@ -93,6 +96,8 @@ class Hand:
         self._nothing: float | None = None
         """When (monotonic) the last look that found nothing began; None once something was
         held or given back since."""
+        self._won: dict[str, float] = {}
+        """Shard subscription -> when (monotonic) this process won its claim."""
         self._claimed: dict[str, float] = {}
         """Shard subscription -> until when (monotonic) another process is taken to hold its
         claim and serve its tasks: this process gave it that shard's tasks back."""
@@ -305,13 +310,23 @@ class Hand:
         if source not in topology.shards:
             return True
         shard = topology.shards.index(source)
+        had = shard in self._claims.holding(self.queue)
         outcome = self._claims.claim(self.queue, topology.claims, topology.claims_topic, shard)
         with self._lock:
+            if outcome is Claim.OWNED and not had:
+                self._won[source] = time.monotonic()
             if outcome is Claim.NO_TOKENS:
                 self._unclaimed.add(source)
             if outcome is not Claim.TAKEN:
                 self._claimed.pop(source, None)
         return outcome is not Claim.TAKEN
+
+    def settling(self, source: str, now: float | None = None) -> bool:
+        """True within CLAIM_SETTLE seconds of winning the shard's claim."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            won = self._won.get(source)
+            return won is not None and now < won + CLAIM_SETTLE
 
     def ask_claims_again(self) -> None:
         """Ask again for the claims of the shards given back to other processes: one whose
