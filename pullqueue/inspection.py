@@ -14,6 +14,7 @@ from typing import Any
 from pullqueue.adapters.base import Backend, ListingBackend
 from pullqueue.config import Settings
 from pullqueue.monitoring import Backlog, BacklogReader, layout_subscriptions
+from pullqueue.monitoring import iso as iso
 from pullqueue.task import QueueStats
 
 PREVIEW_BYTES = 64
@@ -40,13 +41,6 @@ class TaskRow:
     payload: bytes
     subscription: str | None = None
     message_id: str | None = None
-
-
-def iso(posix: float | None) -> str | None:
-    """POSIX seconds as RFC 3339 UTC to the second; None stays None."""
-    if posix is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(posix))
 
 
 def preview(payload: bytes, size: int = PREVIEW_BYTES) -> str:
