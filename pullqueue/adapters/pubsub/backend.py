@@ -270,7 +270,7 @@ class PubSubBackend:
             elif group_by_tag:
                 picked = self._lease_oldest(queue, topology, max_tasks, began, end)
             else:
-                picked = self._collect_any(queue, topology, max_tasks, end)
+                picked = self._lease_any(queue, topology, max_tasks, began, end)
         if group_by_tag and tag is None and not picked:
             picked = self._await_claimants(queue, topology, max_tasks, end)
         return self._grant(queue, topology, picked, lease_seconds)
@@ -311,7 +311,7 @@ class PubSubBackend:
         otherwise add a pull wait each and run past their deadlines.
         """
         hand = self._hand(queue)
-        if hand.found_nothing_since(began):
+        if hand.found_nothing_since(began, every_task=False):
             return []
         until = min(time.monotonic() + self.settings.pubsub_pull_wait, end)
         while True:
@@ -321,9 +321,24 @@ class PubSubBackend:
             if picked:
                 return picked
             if last:
-                hand.found_nothing(looked)
+                hand.found_nothing(looked, every_task=False)
                 return picked
             time.sleep(EMPTY_POLL)
+
+    def _lease_any(
+        self, queue: str, topology: QueueTopology, max_tasks: int, began: float, end: float
+    ) -> list[Delivery]:
+        """_collect_any; a call that waited for the hand while another thread's look found
+        nothing (begun after this call, nothing held or given back since) answers [] at once,
+        as in _lease_oldest: N idle threads then cost one pull wait, not N in turn."""
+        hand = self._hand(queue)
+        if hand.found_nothing_since(began, every_task=True):
+            return []
+        looked = time.monotonic()
+        picked = self._collect_any(queue, topology, max_tasks, end)
+        if not picked:
+            hand.found_nothing(looked, every_task=True)
+        return picked
 
     def _collect_any(
         self, queue: str, topology: QueueTopology, max_tasks: int, end: float

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -93,9 +94,10 @@ class Hand:
         """Subscriptions drained to empty into the hand and given nothing back since."""
         self._unclaimed: set[str] = set()
         """Shard subscriptions drained finding no token at all."""
-        self._nothing: float | None = None
-        """When (monotonic) the last look that found nothing began; None once something was
-        held or given back since."""
+        self._nothing: dict[bool, float] = {}
+        """Whether a look saw every task (a lease without tag: shards claimed elsewhere too) ->
+        when (monotonic) the last such look that found nothing began; cleared once something
+        was held or given back since."""
         self._won: dict[str, float] = {}
         """Shard subscription -> when (monotonic) this process won its claim."""
         self._claimed: dict[str, float] = {}
@@ -141,16 +143,18 @@ class Hand:
         with self._lock:
             self._served = now
 
-    def found_nothing(self, began: float) -> None:
-        """A lease's look begun at `began` (monotonic) found nothing this process may lease."""
+    def found_nothing(self, began: float, *, every_task: bool) -> None:
+        """A lease's look begun at `began` (monotonic) found nothing this process may lease;
+        `every_task` when it looked at shards claimed elsewhere too (a lease without tag)."""
         with self._lock:
-            self._nothing = began
+            self._nothing[every_task] = began
 
-    def found_nothing_since(self, began: float) -> bool:
+    def found_nothing_since(self, began: float, *, every_task: bool) -> bool:
         """True when a look begun after `began` found nothing, with nothing held or given
-        back since."""
+        back since; with `every_task`, only a look at every task counts."""
         with self._lock:
-            return self._nothing is not None and self._nothing >= began
+            kinds = (True,) if every_task else (True, False)
+            return any(self._nothing.get(kind, -math.inf) >= began for kind in kinds)
 
     # Holding and taking
 
@@ -183,7 +187,7 @@ class Hand:
         full: list[Delivery] = []
         due: list[Delivery] = []
         with self._lock:
-            self._nothing = None
+            self._nothing.clear()
             for delivery in deliveries:
                 release_at = delivery.pulled_at + hold_for
                 if release_at <= now:
@@ -258,7 +262,7 @@ class Hand:
     def unmark(self, sources: Iterable[str]) -> None:
         """This process gave tasks back to these subscriptions: they are not empty now."""
         with self._lock:
-            self._nothing = None
+            self._nothing.clear()
             for source in sources:
                 self._marks.pop(source, None)
                 self._emptied.discard(source)
