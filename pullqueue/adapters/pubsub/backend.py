@@ -22,7 +22,7 @@ from urllib.parse import SplitResult
 from pullqueue.adapters.pubsub.claims import Claim, ShardClaims
 from pullqueue.adapters.pubsub.duplicates import check_named, no_registry_error
 from pullqueue.adapters.pubsub.keeper import LeaseKeeper
-from pullqueue.adapters.pubsub.layout import SHARDS, QueueLayout
+from pullqueue.adapters.pubsub.layout import QueueLayout
 from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
 from pullqueue.adapters.pubsub.provision import Provisioner, QueueTopology
 from pullqueue.adapters.pubsub.republish import Republisher
@@ -135,7 +135,7 @@ class PubSubBackend:
         self._empty: dict[str, dict[str, float]] = {}
         self._unclaimed: dict[str, set[str]] = {}
         """Queue -> shard subscriptions this process drained finding no token at all."""
-        self._claims = ShardClaims(self.rpc, SHARDS)
+        self._claims = ShardClaims(self.rpc, lambda queue: len(self.topology(queue).shards))
         self._whole: dict[str, dict[str, tuple[int, int]]] = {}
         """Queue -> subscription -> most tasks and bytes the hand held of it after a drain to
         empty: what room a drain of a subscription is expected to need."""
@@ -736,6 +736,16 @@ class PubSubBackend:
                 foreign.append(item.ack_id)
                 continue
             delivery = decode(source, item, pulled_at)
+            if rule.misrouted(item.message.attributes):
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "shard_mismatch",
+                    queue=queue,
+                    message_id=delivery.message_id,
+                    detail=f"tag {delivery.tag!r} published to shard {rule.shard} of"
+                    f" {rule.shards}: its publisher uses another shard count",
+                )
             for note in delivery.ignored:
                 log_event(
                     log,
