@@ -639,17 +639,6 @@ class PubSubBackend:
         present = {d.subscription for d in hand}
         skip = {} if fresh else self._empty.get(queue, {})
         sources = [s for s in topology.sources if s not in present and skip.get(s, 0.0) <= now]
-        if not fresh and any(s in topology.shard_numbers for s in sources):
-            # Heads of shards other processes hold would be given back to them (a delivery
-            # each) or leased alone: probe the shards whose token is free or this process's.
-            free = self._claims.free(queue, topology.claims)
-            if free is not None:
-                free |= self._claims.holding(queue)
-                sources = [
-                    s
-                    for s in sources
-                    if topology.shard_numbers.get(s, -1) in free or s not in topology.shard_numbers
-                ]
         if not sources:
             return []
         found, _ = self._pull_each(queue, topology, sources, PROBE_SIZE, end, patient=not hand)

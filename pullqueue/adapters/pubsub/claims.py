@@ -154,34 +154,6 @@ class ShardClaims:
             return Claim.NO_TOKENS
         return Claim.TAKEN
 
-    def free(self, queue: str, subscription: str) -> set[int] | None:
-        """The shards whose token no other process holds now, looked up with one pull of the
-        claims subscription (the tokens go straight back); None when no token came."""
-        received = self._pull(queue, subscription)
-        if not received:
-            return None
-        pulled_at = time.monotonic()
-        seen = self._seen.setdefault(queue, {})
-        free: set[int] = set()
-        back: list[str] = []
-        with self._lock:
-            held = self._held.get(queue, {})
-            for item in received:
-                number = _shard_number(
-                    item.message.attributes.get(ATTR_SHARD, ""), self.shards(queue)
-                )
-                mine = held.get(number) if number is not None else None
-                if number is not None:
-                    seen[number] = pulled_at
-                    free.add(number)
-                if mine is not None and mine.message_id == item.message.message_id:
-                    mine.ack_id, mine.held_until = item.ack_id, pulled_at + CLAIM_DEADLINE
-                else:
-                    back.append(item.ack_id)
-        if back:
-            self.rpc.modify(subscription, back, 0, queue=queue)
-        return free
-
     def _pull(self, queue: str, subscription: str) -> list[Any]:
         return self.rpc.pull(
             subscription,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -82,11 +81,6 @@ class QueueTopology:
     """False when the subscriptions could not be read (no pubsub.subscriptions.get)."""
     retry: RetryParameters | None = None
     """The queue's retry parameters as its worker subscription carries them (None: unknown)."""
-
-    @functools.cached_property
-    def shard_numbers(self) -> dict[str, int]:
-        """Shard subscription path -> its shard number."""
-        return {path: k for k, path in enumerate(self.shards)}
 
     @property
     def sources(self) -> list[str]:
