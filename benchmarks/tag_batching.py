@@ -13,10 +13,13 @@ task (one each plus those given back unleased) and the workers' peak memory grow
 `--stop-at-first-empty`: each thread stops at its first empty lease, as the legacy docs tell a
 worker to; the `left` column counts the tasks no worker leased (tasks a stopped process gave back
 at exit count). `--payload-bytes B`: payloads of B bytes; `--plain` adds a row of plain
-`lease_tasks` on the same workload, the throughput a lease by tag is compared with.
+`lease_tasks` on the same workload, the throughput a lease by tag is compared with. `--shards N`:
+the Pub/Sub queue is provisioned with N shard topics (default 16; the workers read it from the
+queue topic's label).
 
     python benchmarks/tag_batching.py [--tasks 20000] [--tags 200 1000] [--processes 4]
         [--threads 1] [--runs 3] [--stop-at-first-empty] [--payload-bytes 0] [--plain]
+        [--shards 16]
 
 Honours PUBSUB_EMULATOR_HOST; otherwise starts the emulator from the gcloud SDK (stopped at exit).
 """
@@ -215,13 +218,14 @@ def run_pubsub(
     payload_bytes: int = 0,
     first_empty: bool = False,
     plain: bool = False,
+    shards: int | None = None,
 ) -> Outcome:
     from pullqueue import Settings
     from pullqueue.adapters.pubsub import PubSubBackend
     from pullqueue.compat import taskqueue
 
     project = f"bench-{uuid.uuid4().hex[:8]}"
-    producer = PubSubBackend(project, settings=Settings(), auto_create=True)
+    producer = PubSubBackend(project, settings=Settings(pubsub_shards=shards), auto_create=True)
     try:
         add_all(taskqueue.Queue(QUEUE, producer), pairs, payload_bytes)
     finally:
@@ -381,12 +385,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--plain", action="store_true", help="also run plain lease_tasks, the throughput baseline"
     )
+    parser.add_argument(
+        "--shards", type=int, default=None, help="shard topics of the queue (default 16)"
+    )
     args = parser.parse_args(argv)
     from tests.support.emulators import shared_emulator_host
 
     host = shared_emulator_host("pubsub")
     print(
         f"{args.tasks} tasks, {args.processes} worker processes x {args.threads} threads,"
+        f" {args.shards or 16} shards,"
         f" payloads of {args.payload_bytes} bytes, {args.runs} run(s), emulator {host};"
         " memory:// is the same loop in one process"
         + ("; each thread stops at its first empty lease" if args.stop_at_first_empty else "")
@@ -403,7 +411,7 @@ def main(argv: list[str] | None = None) -> None:
         for run in range(args.runs):
             pairs = tasks_for(args.tasks, tags, seed=run)
             rows["memory"].append(run_memory(pairs))
-            options = {"payload_bytes": args.payload_bytes}
+            options: dict[str, Any] = {"payload_bytes": args.payload_bytes, "shards": args.shards}
             rows["pubsub"].append(
                 run_pubsub(
                     pairs,

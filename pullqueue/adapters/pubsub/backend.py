@@ -21,7 +21,7 @@ from pullqueue.adapters.pubsub.claims import ShardClaims
 from pullqueue.adapters.pubsub.duplicates import check_named, no_registry_error
 from pullqueue.adapters.pubsub.hand import Hand, Wanted
 from pullqueue.adapters.pubsub.keeper import LeaseKeeper
-from pullqueue.adapters.pubsub.layout import SHARDS, QueueLayout
+from pullqueue.adapters.pubsub.layout import QueueLayout
 from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
 from pullqueue.adapters.pubsub.provision import Provisioner, QueueTopology
 from pullqueue.adapters.pubsub.republish import Republisher
@@ -129,7 +129,7 @@ class PubSubBackend:
         self._topologies: dict[str, QueueTopology] = {}
         self._topology_lock = threading.Lock()
         self._rotation = 0
-        self._claims = ShardClaims(self.rpc, SHARDS)
+        self._claims = ShardClaims(self.rpc, lambda queue: len(self.topology(queue).shards))
         self._sizes: dict[str, int] = {}
         """Subscription -> bytes per message a pull of it is sized by (see SIZE_GUESS)."""
         self._hands: dict[str, Hand] = {}
@@ -719,6 +719,16 @@ class PubSubBackend:
                 foreign.append(item.ack_id)
                 continue
             delivery = decode(source, item, pulled_at)
+            if rule.misrouted(item.message.attributes):
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "shard_mismatch",
+                    queue=queue,
+                    message_id=delivery.message_id,
+                    detail=f"tag {delivery.tag!r} published to shard {rule.shard} of"
+                    f" {rule.shards}: its publisher uses another shard count",
+                )
             for note in delivery.ignored:
                 log_event(
                     log,
