@@ -12,14 +12,19 @@ task (one each plus those given back unleased) and the workers' peak memory grow
 
 `--stop-at-first-empty`: each thread stops at its first empty lease, as the legacy docs tell a
 worker to; the `left` column counts the tasks no worker leased (tasks a stopped process gave back
-at exit count). `--payload-bytes B`: payloads of B bytes; `--plain` adds a row of plain
-`lease_tasks` on the same workload, the throughput a lease by tag is compared with. `--shards N`:
-the Pub/Sub queue is provisioned with N shard topics (default 16; the workers read it from the
-queue topic's label).
+at exit count). `--payload-bytes B ...`: payloads of B bytes (each size in turn); `--plain` adds
+a row of plain `lease_tasks` on the same workload, the throughput a lease by tag is compared with,
+and prints the ratio of the two. `--max-tasks M`: every lease asks for M tasks; for a like-for-like
+comparison give each tag at least M tasks (tasks >= M x tags), so that both calls can return M.
+`peak MB` is a worker process's largest resident size. `--work` adds a row of real
+`pullqueue work --group-by-tag --concurrency THREADS` processes (`--processes` of them) with the
+batch handler benchmarks/work_recorder.py:record; its calls/lease column is lease calls per
+non-empty lease, its drain time counts from the processes' start. `--shards N`: the Pub/Sub queue
+is provisioned with N shard topics (default 16; the workers read it from the queue topic's label).
 
     python benchmarks/tag_batching.py [--tasks 20000] [--tags 200 1000] [--processes 4]
-        [--threads 1] [--runs 3] [--stop-at-first-empty] [--payload-bytes 0] [--plain]
-        [--shards 16]
+        [--threads 1] [--runs 3] [--stop-at-first-empty] [--payload-bytes 0 ...] [--plain]
+        [--max-tasks 1000] [--shards 16] [--work]
 
 Honours PUBSUB_EMULATOR_HOST; otherwise starts the emulator from the gcloud SDK (stopped at exit).
 """
@@ -27,6 +32,7 @@ Honours PUBSUB_EMULATOR_HOST; otherwise starts the emulator from the gcloud SDK 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -52,6 +58,11 @@ RECOVER_SECONDS = 90.0
 pull whose answer came after the client's deadline hides its messages for their ack deadline,
 60 s, and Pub/Sub then delivers them again)."""
 QUEUE = "tagbench"
+WORK_IDLE = 5.0
+"""--work: a `pullqueue work` process exits after this long without a task."""
+WORK_LEASE_RATE = 1000
+"""--work: PULLQUEUE_LEASE_REQUESTS_PER_SECOND, high enough that the legacy client-side cap of 10
+lease calls a second does not decide the drain time (the benchmark's own loop has no cap)."""
 
 
 @dataclass
@@ -74,6 +85,8 @@ class Outcome:
     """Tasks no worker leased (stop-at-first-empty runs)."""
     grown_mb: float = 0.0
     """The largest growth of a worker process's peak memory during the drain (MB)."""
+    peak_mb: float = 0.0
+    """The largest peak resident size of a worker process (MB), start included."""
     rate: float = 0.0
     """Tasks per second of the drain."""
 
@@ -128,6 +141,7 @@ def work(
     *,
     first_empty: bool = False,
     plain: bool = False,
+    max_tasks: int = 1000,
 ) -> tuple[list[tuple[float, list[str], list[str]]], int]:
     """The migrated worker's loop until `progress` says every worker's deletes add up to the
     whole queue (or nothing came for stop_after_idle seconds, or at the first empty lease);
@@ -138,7 +152,7 @@ def work(
     empty = 0
     while True:
         lease = queue.lease_tasks if plain else queue.lease_tasks_by_tag  # type: ignore[attr-defined]
-        batch = lease(60, 1000)
+        batch = lease(60, max_tasks)
         if not batch:
             if progress.drained():
                 break
@@ -156,7 +170,7 @@ def work(
 
 
 def work_threads(
-    queue: object, threads: int, stop_after_idle: float, progress: Progress, **options: bool
+    queue: object, threads: int, stop_after_idle: float, progress: Progress, **options: Any
 ) -> tuple[list[tuple[float, list[str], list[str]]], int]:
     """work() in `threads` threads of this process at once; their batches and empty leases."""
     results: list[tuple[list[tuple[float, list[str], list[str]]], int]] = []
@@ -199,14 +213,14 @@ def summarize(
     )
 
 
-def run_memory(pairs: list[tuple[str, str]]) -> Outcome:
+def run_memory(pairs: list[tuple[str, str]], max_tasks: int = 1000) -> Outcome:
     from pullqueue import connect
     from pullqueue.compat import taskqueue
 
     queue = taskqueue.Queue(QUEUE, connect("memory://"))
     add_all(queue, pairs)
     start = time.time()
-    batches, _ = work(queue, 0.0, Progress(lambda done: True))
+    batches, _ = work(queue, 0.0, Progress(lambda done: True), max_tasks=max_tasks)
     return summarize(pairs, batches, start)
 
 
@@ -219,6 +233,7 @@ def run_pubsub(
     first_empty: bool = False,
     plain: bool = False,
     shards: int | None = None,
+    max_tasks: int = 1000,
 ) -> Outcome:
     from pullqueue import Settings
     from pullqueue.adapters.pubsub import PubSubBackend
@@ -244,6 +259,7 @@ def run_pubsub(
                     str(len(pairs)),
                     str(threads),
                     "first-empty" if first_empty else "plain" if plain else "drain",
+                    str(max_tasks),
                 ],
                 env={**os.environ, "PULLQUEUE_AUTO_CREATE": "1"},
             )
@@ -260,7 +276,7 @@ def run_pubsub(
                 raise SystemExit(f"worker exited with {w.returncode}")
         batches = []
         calls = skipped = empty = 0
-        grown = 0.0
+        grown = peak = 0.0
         for n in range(processes):
             report = json.loads(Path(tmp, f"out-{n}.json").read_text())
             batches += [tuple(b) for b in report["batches"]]
@@ -268,8 +284,9 @@ def run_pubsub(
             skipped += report["skipped"]
             empty += report["empty"]
             grown = max(grown, report["grown_mb"])
+            peak = max(peak, report["peak_mb"])
     outcome = summarize(pairs, batches, start)  # type: ignore[arg-type]
-    outcome.empty, outcome.grown_mb = empty, grown
+    outcome.empty, outcome.grown_mb, outcome.peak_mb = empty, grown, peak
     outcome.rate = len(pairs) / max(outcome.drain, 1e-3)
     if first_empty:
         # What the workers left is the figure; nobody leases it afterwards.
@@ -286,6 +303,88 @@ def run_pubsub(
         )
         outcome.lost -= outcome.late
     outcome.calls_per_lease = calls / max(outcome.leases, 1)
+    outcome.deliveries_per_task = (len(pairs) + outcome.duplicates + skipped) / len(pairs)
+    return outcome
+
+
+def run_work(
+    pairs: list[tuple[str, str]],
+    processes: int,
+    concurrency: int,
+    *,
+    payload_bytes: int = 0,
+    max_tasks: int = 1000,
+    shards: int | None = None,
+) -> Outcome:
+    """`pullqueue work --group-by-tag --concurrency N` in `processes` real processes, with the
+    batch handler benchmarks/work_recorder.py:record, until each has been idle WORK_IDLE s."""
+    from pullqueue import Settings
+    from pullqueue.adapters.pubsub import PubSubBackend
+    from pullqueue.compat import taskqueue
+
+    project = f"bench-{uuid.uuid4().hex[:8]}"
+    producer = PubSubBackend(project, settings=Settings(pubsub_shards=shards), auto_create=True)
+    try:
+        add_all(taskqueue.Queue(QUEUE, producer), pairs, payload_bytes)
+    finally:
+        producer.close()
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory(prefix="tagbench-") as tmp:
+        env = {
+            **os.environ,
+            "PULLQUEUE_AUTO_CREATE": "1",
+            "PULLQUEUE_LEASE_REQUESTS_PER_SECOND": str(WORK_LEASE_RATE),
+            "TAGBENCH_OUT": tmp,
+            "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+        }
+        command = [
+            sys.executable,
+            "-c",
+            "from pullqueue.cli import main; main()",
+            "work",
+            QUEUE,
+            "benchmarks.work_recorder:record",
+            "--group-by-tag",
+            "--batch-size",
+            str(max_tasks),
+            "--concurrency",
+            str(concurrency),
+            "--url",
+            f"pubsub://{project}",
+            "--exit-when-idle",
+            str(WORK_IDLE),
+            "--max-backoff",
+            "0.5",
+        ]
+        start = time.time()
+        workers = [
+            subprocess.Popen(command, env=env, cwd=root, stderr=subprocess.DEVNULL)
+            for _ in range(processes)
+        ]
+        for w in workers:
+            if w.wait() != 0:
+                raise SystemExit(f"pullqueue work exited with {w.returncode}")
+        batches: list[tuple[float, list[str], list[str]]] = []
+        for path in Path(tmp).glob("batches-*.jsonl"):
+            for line in path.read_text().splitlines():
+                item = json.loads(line)
+                batches.append((item["t"], item["names"], item["tags"]))
+        leases: list[tuple[float, int]] = []
+        skipped = 0
+        for path in Path(tmp).glob("leases-*.json"):
+            report = json.loads(path.read_text())
+            leases += [(t, n) for t, n in report["leases"]]
+            skipped += report["skipped"]
+    outcome = summarize(pairs, batches, start)
+    # Workers started after `start`: their start-up is in the drain, as a deployment's would be.
+    end = max((t for t, _, _ in batches), default=start)
+    outcome.empty = sum(1 for t, n in leases if n == 0 and t <= end)
+    outcome.rate = len(pairs) / max(outcome.drain, 1e-3)
+    if outcome.lost:
+        seen = {name for _, names, _ in batches for name in names}
+        outcome.late = recover(project, {name for name, _ in pairs} - seen)
+        outcome.lost -= outcome.late
+    outcome.calls_per_lease = len(leases) / max(outcome.leases, 1)
     outcome.deliveries_per_task = (len(pairs) + outcome.duplicates + skipped) / len(pairs)
     return outcome
 
@@ -312,7 +411,9 @@ def recover(project: str, missing: set[str]) -> int:
     return len(found)
 
 
-def worker_main(project: str, tmp: str, index: str, total: str, threads: str, mode: str) -> None:
+def worker_main(
+    project: str, tmp: str, index: str, total: str, threads: str, mode: str, max_tasks: str
+) -> None:
     from pullqueue import Settings
     from pullqueue.adapters.pubsub import PubSubBackend
     from pullqueue.compat import taskqueue
@@ -339,10 +440,12 @@ def worker_main(project: str, tmp: str, index: str, total: str, threads: str, mo
             Progress(drained),
             first_empty=mode == "first-empty",
             plain=mode == "plain",
+            max_tasks=int(max_tasks),
         )
     finally:
         backend.close()
-    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    grown_mb = peak_mb - before / 1024
     # Deliveries this process consumed without leasing the task (held tasks given back).
     skipped = sum(backend._book._skipped.values())
     report = {
@@ -351,6 +454,7 @@ def worker_main(project: str, tmp: str, index: str, total: str, threads: str, mo
         "skipped": skipped,
         "empty": empty,
         "grown_mb": grown_mb,
+        "peak_mb": peak_mb,
     }
     Path(tmp, f"out-{index}.json").write_text(json.dumps(report))
 
@@ -381,7 +485,21 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="each thread stops at its first empty lease; print what was left behind",
     )
-    parser.add_argument("--payload-bytes", type=int, default=0, help="payload size (bytes)")
+    parser.add_argument(
+        "--payload-bytes", type=int, nargs="+", default=[0], help="payload sizes (bytes), in turn"
+    )
+    parser.add_argument(
+        "--max-tasks",
+        type=int,
+        default=1000,
+        help="max_tasks of every lease call, by tag and plain (give the tags at least this many"
+        " tasks each for a like-for-like throughput comparison)",
+    )
+    parser.add_argument(
+        "--work",
+        action="store_true",
+        help="also run real `pullqueue work --group-by-tag --concurrency THREADS` processes",
+    )
     parser.add_argument(
         "--plain", action="store_true", help="also run plain lease_tasks, the throughput baseline"
     )
@@ -395,23 +513,30 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"{args.tasks} tasks, {args.processes} worker processes x {args.threads} threads,"
         f" {args.shards or 16} shards,"
-        f" payloads of {args.payload_bytes} bytes, {args.runs} run(s), emulator {host};"
+        f" max_tasks {args.max_tasks}, {args.runs} run(s), emulator {host};"
         " memory:// is the same loop in one process"
         + ("; each thread stops at its first empty lease" if args.stop_at_first_empty else "")
     )
     print(
-        f"{'tags':>6} {'backend':<8} {'batch':>7} {'ratio':>6} {'drain s':>8} {'tasks/s':>8}"
+        f"{'payload':>8} {'tags':>6} {'backend':<8} {'batch':>7} {'ratio':>6} {'drain s':>8}"
+        f" {'tasks/s':>8}"
         f" {'leases':>7} {'empty':>6} {'left':>5} {'lost':>5} {'late':>5} {'mixed':>6}"
-        f" {'dups':>5} {'calls/lease':>11} {'deliv/task':>10} {'grown MB':>8}"
+        f" {'dups':>5} {'calls/lease':>11} {'deliv/task':>10} {'grown MB':>8} {'peak MB':>7}"
     )
-    for tags in args.tags:
+    for payload_bytes, tags in itertools.product(args.payload_bytes, args.tags):
         rows: dict[str, list[Outcome]] = {"memory": [], "pubsub": []}
         if args.plain:
             rows["plain"] = []
+        if args.work:
+            rows["work"] = []
         for run in range(args.runs):
             pairs = tasks_for(args.tasks, tags, seed=run)
-            rows["memory"].append(run_memory(pairs))
-            options: dict[str, Any] = {"payload_bytes": args.payload_bytes, "shards": args.shards}
+            rows["memory"].append(run_memory(pairs, args.max_tasks))
+            options: dict[str, Any] = {
+                "payload_bytes": payload_bytes,
+                "max_tasks": args.max_tasks,
+                "shards": args.shards,
+            }
             rows["pubsub"].append(
                 run_pubsub(
                     pairs,
@@ -425,11 +550,13 @@ def main(argv: list[str] | None = None) -> None:
                 rows["plain"].append(
                     run_pubsub(pairs, args.processes, args.threads, plain=True, **options)
                 )
+            if args.work:
+                rows["work"].append(run_work(pairs, args.processes, args.threads, **options))
         base = statistics.median(o.mean_batch for o in rows["memory"])
         for label, outcomes in rows.items():
             batch = statistics.median(o.mean_batch for o in outcomes)
             print(
-                f"{tags:>6} {label:<8} {batch:>7.1f} {batch / base:>6.2f}"
+                f"{payload_bytes:>8} {tags:>6} {label:<8} {batch:>7.1f} {batch / base:>6.2f}"
                 f" {statistics.median(o.drain for o in outcomes):>8.1f}"
                 f" {statistics.median(o.rate for o in outcomes):>8.0f}"
                 f" {statistics.median(o.leases for o in outcomes):>7.0f}"
@@ -440,13 +567,18 @@ def main(argv: list[str] | None = None) -> None:
                 f" {max(o.duplicates for o in outcomes):>5}"
                 f" {statistics.median(o.calls_per_lease for o in outcomes):>11.1f}"
                 f" {statistics.median(o.deliveries_per_task for o in outcomes):>10.3f}"
-                f" {statistics.median(o.grown_mb for o in outcomes):>8.0f}",
+                f" {statistics.median(o.grown_mb for o in outcomes):>8.0f}"
+                f" {statistics.median(o.peak_mb for o in outcomes):>7.0f}",
                 flush=True,
             )
+        if args.plain:
+            by_tag = statistics.median(o.rate for o in rows["pubsub"])
+            plain = statistics.median(o.rate for o in rows["plain"])
+            print(f"by tag / plain, tasks per second: {by_tag / max(plain, 1e-9):.2f}", flush=True)
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker_main(*sys.argv[2:8])
+        worker_main(*sys.argv[2:9])
     else:
         main()

@@ -62,6 +62,13 @@ class Settings(BaseSettings):
         description="Most bytes of tasks (payloads and attributes) held that way per queue;"
         " pulls are sized to fit it, so a worker's memory stays bounded with large payloads.",
     )
+    pubsub_pull_bytes: int = Field(
+        16 * 2**20,
+        ge=2**20,
+        description="Most bytes one round of pulls asks for, all subscriptions side by side,"
+        " by each one's message size estimate; with large payloads a worker's memory for a"
+        " queue is its hand plus a few times this (the answer as received, parsed, copied out).",
+    )
     pubsub_pull_wait: float = Field(
         1.0, gt=0, description="Seconds a lease waits on an empty subscription before answering."
     )

@@ -7,7 +7,9 @@ must not hold more than PULLQUEUE_PUBSUB_HOLD_BYTES of tasks it has not leased y
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -87,3 +89,48 @@ def test_an_answer_over_the_receive_limit_makes_pulls_smaller_instead_of_failing
     batches = _drain_by_tag(queue, len(payloads), 1000, seconds=90)
     assert sorted(t.payload for b in batches for t in b) == sorted(payloads)
     assert max(backend.rpc._pull_caps.values()) <= 50
+
+
+def _answers_at_once(backend: object) -> list[tuple[float, float, int]]:
+    """Record every pull: (start, end, bytes of its answer), to sum answers in flight at once."""
+    rpc = backend.rpc  # type: ignore[attr-defined]
+    pull = rpc.pull
+    spans: list[tuple[float, float, int]] = []
+    lock = threading.Lock()
+
+    def recorded(*args: Any, **kwargs: Any) -> list[Any]:
+        start = time.monotonic()
+        answer = pull(*args, **kwargs)
+        size = sum(item.message.ByteSize() for item in answer)
+        with lock:
+            spans.append((start, time.monotonic(), size))
+        return answer
+
+    rpc.pull = recorded
+    return spans
+
+
+def _most_at_once(spans: list[tuple[float, float, int]]) -> int:
+    """The largest sum of answer bytes of pulls running at the same moment."""
+    return max(sum(size for start, end, size in spans if start <= at < end) for at, _, _ in spans)
+
+
+@pytest.mark.parametrize("group_by_tag", [True, False], ids=["by-tag", "plain"])
+def test_a_round_of_pulls_brings_at_most_its_bytes(
+    make_backend: MakeBackend, group_by_tag: bool
+) -> None:
+    # 40 tasks of 400 KB (16 MB) on one shard; a round of pulls may bring 2 MiB.
+    backend = make_backend(pubsub_pull_bytes=2 * 2**20)
+    queue = Queue("rounds", backend)
+    payloads = _add(queue, 400 * KB, per_tag=40, tags=1)
+    spans = _answers_at_once(backend)
+    leased: list[bytes] = []
+    give_up = time.monotonic() + 60
+    while len(leased) < len(payloads) and time.monotonic() < give_up:
+        batch = queue.lease(60, 1000, group_by_tag=group_by_tag)
+        if batch:
+            queue.delete(batch)
+            leased += [t.payload for t in batch]
+    assert sorted(leased) == sorted(payloads)
+    # A message's attributes and framing add a little to its payload.
+    assert 0 < _most_at_once(spans) <= 2 * 2**20 + 10 * KB

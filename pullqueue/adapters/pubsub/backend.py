@@ -597,6 +597,10 @@ class PubSubBackend:
             raise
         return found, False
 
+    def _pull_bytes(self) -> int:
+        """Most bytes one round of pulls asks for (pubsub_pull_bytes, within a hand's worth)."""
+        return min(self.settings.pubsub_pull_bytes, self.settings.pubsub_hold_bytes)
+
     def _fitting(self, source: str, room_bytes: int) -> int:
         """Messages of the subscription that fit in room_bytes, by its size estimate."""
         return max(room_bytes, 0) // max(self._sizes.get(source, SIZE_GUESS), 1)
@@ -644,10 +648,19 @@ class PubSubBackend:
         A source that brought nothing is not asked again for EMPTY_RECHECK seconds. When a pull
         fails, what the others brought is held and the first failure raised.
         """
+        # The round's bytes are shared among the sources pulled side by side.
+        share = self._pull_bytes() // len(sources)
         results = self.rpc.run_each(
             [
                 functools.partial(
-                    self._pull, queue, topology, source, size, end, patient=patient, spread=spread
+                    self._pull,
+                    queue,
+                    topology,
+                    source,
+                    max(1, min(size, self._fitting(source, share))),
+                    end,
+                    patient=patient,
+                    spread=spread,
                 )
                 for source in sources
             ]
@@ -689,8 +702,9 @@ class PubSubBackend:
         """
         remaining = end - time.monotonic()
         wait = self.settings.pubsub_pull_wait if patient else NEXT_PULL_WAIT
-        # One round of pulls brings at most a hand's worth of bytes, by the size estimate.
-        fits = self._fitting(source, self.settings.pubsub_hold_bytes)
+        # One round of pulls brings at most pubsub_pull_bytes (and a hand's worth), by the size
+        # estimate: the answer is in memory about three times over (received, parsed, copied).
+        fits = self._fitting(source, self._pull_bytes())
         total = max(1, min(max_messages, 1000, fits))
         parts = min(PARALLEL_PULLS, math.ceil(total / PULL_SHARE)) if spread else 1
         sizes = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]

@@ -1,0 +1,63 @@
+"""A `pullqueue work` batch handler for `benchmarks/tag_batching.py --work`: records each batch.
+
+Each worker process appends one JSON line per batch (time, names, tags) to
+$TAGBENCH_OUT/batches-<pid>.jsonl and, at exit, its lease calls (time, tasks) and the deliveries
+it gave back unleased, so the benchmark scores real `pullqueue work` processes as its own loop.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pullqueue.queue import Queue
+from pullqueue.task import Task
+from pullqueue.worker import batch_handler
+
+_OUT = Path(os.environ.get("TAGBENCH_OUT", "."))
+_lock = threading.Lock()
+_leases: list[tuple[float, int]] = []
+_backends: list[Any] = []
+_lease = Queue.lease
+
+
+def _counted(self: Queue, *args: Any, **kwargs: Any) -> list[Task]:
+    """Queue.lease, noting when each call returned and how many tasks."""
+    tasks = _lease(self, *args, **kwargs)
+    with _lock:
+        _leases.append((time.time(), len(tasks)))
+        if not _backends:
+            _backends.append(self.backend)
+    return tasks
+
+
+Queue.lease = _counted  # type: ignore[method-assign]
+
+
+def name_of(task: Task) -> str:
+    """The task's name as the benchmark wrote it (its payload, less the padding)."""
+    return task.payload.decode().rstrip(" ")
+
+
+@batch_handler
+def record(tasks: Sequence[Task]) -> None:
+    """Note the batch; returning None has the worker delete every task of it."""
+    line = json.dumps(
+        {"t": time.time(), "names": [name_of(t) for t in tasks], "tags": [t.tag for t in tasks]}
+    )
+    with _lock, open(_OUT / f"batches-{os.getpid()}.jsonl", "a") as out:
+        out.write(line + "\n")
+
+
+@atexit.register
+def _report() -> None:
+    book = getattr(_backends[0], "_book", None) if _backends else None
+    skipped = sum(book._skipped.values()) if book is not None else 0
+    report = {"leases": _leases, "skipped": skipped}
+    (_OUT / f"leases-{os.getpid()}.json").write_text(json.dumps(report))
