@@ -47,7 +47,7 @@ PULLQUEUE = [sys.executable, "-c", "from pullqueue.cli import main; main()"]
 
 
 def free_port() -> int:
-    from pullqueue.bridge.server import free_port as port
+    from pullqueue.listen import free_port as port
 
     return port()
 

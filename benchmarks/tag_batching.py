@@ -19,11 +19,12 @@ comparison give each tag at least M tasks (tasks >= M x tags), so that both call
 `peak MB` is a worker process's largest resident size. `--work` adds a row of real
 `pullqueue work --group-by-tag --concurrency THREADS` processes (`--processes` of them) with the
 batch handler benchmarks/work_recorder.py:record; its calls/lease column is lease calls per
-non-empty lease, its drain time counts from the processes' start.
+non-empty lease, its drain time counts from the processes' start. `--shards N`: the Pub/Sub queue
+is provisioned with N shard topics (default 16; the workers read it from the queue topic's label).
 
     python benchmarks/tag_batching.py [--tasks 20000] [--tags 200 1000] [--processes 4]
         [--threads 1] [--runs 3] [--stop-at-first-empty] [--payload-bytes 0 ...] [--plain]
-        [--max-tasks 1000]
+        [--max-tasks 1000] [--shards 16] [--work]
 
 Honours PUBSUB_EMULATOR_HOST; otherwise starts the emulator from the gcloud SDK (stopped at exit).
 """
@@ -231,6 +232,7 @@ def run_pubsub(
     payload_bytes: int = 0,
     first_empty: bool = False,
     plain: bool = False,
+    shards: int | None = None,
     max_tasks: int = 1000,
 ) -> Outcome:
     from pullqueue import Settings
@@ -238,7 +240,7 @@ def run_pubsub(
     from pullqueue.compat import taskqueue
 
     project = f"bench-{uuid.uuid4().hex[:8]}"
-    producer = PubSubBackend(project, settings=Settings(), auto_create=True)
+    producer = PubSubBackend(project, settings=Settings(pubsub_shards=shards), auto_create=True)
     try:
         add_all(taskqueue.Queue(QUEUE, producer), pairs, payload_bytes)
     finally:
@@ -312,6 +314,7 @@ def run_work(
     *,
     payload_bytes: int = 0,
     max_tasks: int = 1000,
+    shards: int | None = None,
 ) -> Outcome:
     """`pullqueue work --group-by-tag --concurrency N` in `processes` real processes, with the
     batch handler benchmarks/work_recorder.py:record, until each has been idle WORK_IDLE s."""
@@ -320,7 +323,7 @@ def run_work(
     from pullqueue.compat import taskqueue
 
     project = f"bench-{uuid.uuid4().hex[:8]}"
-    producer = PubSubBackend(project, settings=Settings(), auto_create=True)
+    producer = PubSubBackend(project, settings=Settings(pubsub_shards=shards), auto_create=True)
     try:
         add_all(taskqueue.Queue(QUEUE, producer), pairs, payload_bytes)
     finally:
@@ -500,12 +503,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--plain", action="store_true", help="also run plain lease_tasks, the throughput baseline"
     )
+    parser.add_argument(
+        "--shards", type=int, default=None, help="shard topics of the queue (default 16)"
+    )
     args = parser.parse_args(argv)
     from tests.support.emulators import shared_emulator_host
 
     host = shared_emulator_host("pubsub")
     print(
         f"{args.tasks} tasks, {args.processes} worker processes x {args.threads} threads,"
+        f" {args.shards or 16} shards,"
         f" max_tasks {args.max_tasks}, {args.runs} run(s), emulator {host};"
         " memory:// is the same loop in one process"
         + ("; each thread stops at its first empty lease" if args.stop_at_first_empty else "")
@@ -525,7 +532,11 @@ def main(argv: list[str] | None = None) -> None:
         for run in range(args.runs):
             pairs = tasks_for(args.tasks, tags, seed=run)
             rows["memory"].append(run_memory(pairs, args.max_tasks))
-            options = {"payload_bytes": payload_bytes, "max_tasks": args.max_tasks}
+            options: dict[str, Any] = {
+                "payload_bytes": payload_bytes,
+                "max_tasks": args.max_tasks,
+                "shards": args.shards,
+            }
             rows["pubsub"].append(
                 run_pubsub(
                     pairs,

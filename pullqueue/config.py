@@ -6,7 +6,7 @@ the Pub/Sub emulator or production by its environment and not by code.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -25,6 +25,13 @@ class Settings(BaseSettings):
     pubsub_declared_tags: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Tags with their own filtered subscription, per queue (JSON object).",
+    )
+    pubsub_shards: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="Shard topics of a queue auto_create provisions (default 16); when set, a"
+        " queue found with another count (its topic's pullqueue-shards label) is refused.",
     )
     pubsub_keeper_period: float = Field(
         15.0, gt=0, description="Seconds between lease-keeper passes that extend ack deadlines."
@@ -108,6 +115,14 @@ class Settings(BaseSettings):
     tombstone_seconds: float = Field(
         7 * 24 * 3600.0, gt=0, description="How long a deleted task name stays tombstoned."
     )
+
+    @field_validator("pubsub_shards", mode="before")
+    @classmethod
+    def _no_bool_shards(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError("a shard count is a whole number, not a boolean")
+        return value
+
     plugins: str = Field(
         "",
         description="Comma-separated modules imported before a URL is resolved; each may call"

@@ -14,7 +14,8 @@ from typing import Any
 from pullqueue.adapters.base import Backend, ListingBackend
 from pullqueue.config import Settings
 from pullqueue.monitoring import Backlog, BacklogReader, layout_subscriptions
-from pullqueue.task import QueueStats
+from pullqueue.monitoring import iso as iso
+from pullqueue.task import QueueStats, Task
 
 PREVIEW_BYTES = 64
 PUBSUB_NOTE = (
@@ -42,13 +43,6 @@ class TaskRow:
     message_id: str | None = None
 
 
-def iso(posix: float | None) -> str | None:
-    """POSIX seconds as RFC 3339 UTC to the second; None stays None."""
-    if posix is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(posix))
-
-
 def preview(payload: bytes, size: int = PREVIEW_BYTES) -> str:
     """The payload's first bytes as text safe for a terminal: control characters escaped."""
     text = payload[:size].decode("utf-8", errors="backslashreplace")
@@ -70,16 +64,19 @@ def task_state(eta: float | None, retry_count: int | None, now: float) -> str:
     return "leased" if retry_count else "scheduled"
 
 
+def task_row(task: Task, now: float) -> TaskRow:
+    """The row of a task a backend listed (without leasing it)."""
+    eta = task.eta_posix
+    state = task_state(eta, task.retry_count, now)
+    return TaskRow(task.name, task.tag, eta, state, None, task.retry_count, task.payload)
+
+
 def listed_rows(backend: ListingBackend, queue: str, tag: str | None, limit: int) -> list[TaskRow]:
     """Every task of the queue (of `tag`), oldest ETA first, at most `limit`."""
     now = backend.now()
-    rows: list[TaskRow] = []
-    for task in backend.list_tasks(queue):
-        if tag is not None and task.tag != tag:
-            continue
-        eta = task.eta_posix
-        state = task_state(eta, task.retry_count, now)
-        rows.append(TaskRow(task.name, task.tag, eta, state, None, task.retry_count, task.payload))
+    rows = [
+        task_row(task, now) for task in backend.list_tasks(queue) if tag is None or task.tag == tag
+    ]
     rows.sort(key=lambda r: (r.eta if r.eta is not None else now, r.name or ""))
     return rows[:limit]
 

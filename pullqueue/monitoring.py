@@ -115,9 +115,9 @@ class Backlog:
         return {
             "available": self.unavailable is None,
             "reason": self.unavailable,
-            "read_at": _iso(self.read_at),
+            "read_at": iso(self.read_at),
             "window_seconds": self.window,
-            "sampled_at": _iso(self.sampled_at),
+            "sampled_at": iso(self.sampled_at),
             "data_age_seconds": _round(self.data_age),
             "undelivered": self.undelivered,
             "oldest_unacked_age_seconds": _round(self.oldest_unacked_age),
@@ -131,7 +131,7 @@ class Backlog:
                     "undelivered": s.undelivered,
                     "oldest_unacked_age_seconds": _round(s.oldest_unacked_age),
                     "dead_lettered_in_window": s.dead_lettered,
-                    "sampled_at": _iso(s.sampled_at),
+                    "sampled_at": iso(s.sampled_at),
                 }
                 for s in self.subscriptions
             ],
@@ -164,7 +164,9 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-def _iso(posix: float | None) -> str | None:
+def iso(posix: float | None) -> str | None:
+    """POSIX seconds as RFC 3339 UTC to the second (what `stats --json` and the console show);
+    None stays None."""
     if posix is None:
         return None
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(posix))

@@ -27,6 +27,7 @@ from pullqueue.adapters.pubsub.layout import (
     TOPIC_FORMAT,
     QueueLayout,
     check_resource_id,
+    check_shards,
     worker_filter,
 )
 from pullqueue.errors import (
@@ -396,6 +397,21 @@ def parse_tag_options(values: Iterable[str]) -> dict[str, list[str]]:
     return tags
 
 
+def parse_shard_options(values: Iterable[str]) -> dict[str | None, int]:
+    """`--shards N` (every pull queue) and `--shards QUEUE=N` options to {queue or None: N}."""
+    shards: dict[str | None, int] = {}
+    for value in values:
+        queue, sep, count = value.rpartition("=")
+        if sep and not queue:
+            raise PlanError(f"--shards {value!r} must look like N or QUEUE=N (e.g. --shards 32)")
+        number: object = int(count) if count.isascii() and count.isdigit() else count
+        try:
+            shards[queue or None] = check_shards(number, f"--shards {value!r}:")
+        except ConfigurationError as exc:
+            raise PlanError(str(exc)) from None
+    return shards
+
+
 def max_delivery_attempts(queue: LegacyQueue) -> tuple[int, str | None]:
     """Pub/Sub max_delivery_attempts for a queue's task_retry_limit, and a warning if it differs.
 
@@ -439,7 +455,9 @@ def _check_prefix(prefix: str) -> None:
         )
 
 
-def _layout(project: str, queue: LegacyQueue, prefix: str, tags: Sequence[str]) -> QueueLayout:
+def _layout(
+    project: str, queue: LegacyQueue, prefix: str, tags: Sequence[str], shards: int = SHARDS
+) -> QueueLayout:
     """The queue's QueueLayout, with errors that say which plan option to change."""
     ids = {"prefix": prefix, "queue": queue.name}
     topic_id = TOPIC_FORMAT.format(**ids)
@@ -483,7 +501,7 @@ def _layout(project: str, queue: LegacyQueue, prefix: str, tags: Sequence[str]) 
             " queue (undeclared tags are served by the worker subscription)",
             queue=queue.name,
         )
-    return QueueLayout(project, queue.name, prefix, tuple(tags))
+    return QueueLayout(project, queue.name, prefix, tuple(tags), shards)
 
 
 def _topic_ids(layout: QueueLayout) -> list[str]:
@@ -491,7 +509,7 @@ def _topic_ids(layout: QueueLayout) -> list[str]:
         layout.topic_id,
         layout.dead_letter_topic_id,
         layout.claims_topic_id,
-        *(layout.shard_topic_id(k) for k in range(SHARDS)),
+        *(layout.shard_topic_id(k) for k in range(layout.shards)),
     ]
 
 
@@ -500,7 +518,7 @@ def _subscription_ids(layout: QueueLayout) -> list[str]:
         layout.worker_subscription_id,
         layout.dead_letter_subscription_id,
         *(layout.tag_subscription_id(tag) for tag in layout.declared_tags),
-        *(layout.shard_subscription_id(k) for k in range(SHARDS)),
+        *(layout.shard_subscription_id(k) for k in range(layout.shards)),
         layout.claims_subscription_id,
     ]
 
@@ -528,12 +546,22 @@ def build_plan(
     project: str,
     prefix: str = "",
     declared_tags: Mapping[str, Sequence[str]] | None = None,
+    shards: Mapping[str | None, int] | None = None,
 ) -> Plan:
-    """The module variables (project_id, prefix, queues) for every pull queue of queue_yaml."""
+    """The module variables (project_id, prefix, queues) for every pull queue of queue_yaml;
+    shards: shard count by queue name (None: every other pull queue; unset: the module's 16)."""
     _check_project(project)
     _check_prefix(prefix)
     declared_tags = dict(declared_tags or {})
+    shards = dict(shards or {})
     pull = {q.name: q for q in queue_yaml.pull_queues}
+    for queue_name in shards:
+        if queue_name is not None and queue_name not in pull:
+            raise PlanError(
+                f"--shards names a queue that is not a pull queue of {queue_yaml.source}"
+                f" (pull queues there: {', '.join(pull) or 'none'})",
+                queue=queue_name,
+            )
     for queue_name in declared_tags:
         if queue_name not in pull:
             kind = (
@@ -550,7 +578,8 @@ def build_plan(
     plan = Plan(variables={}, push_queues=[q.name for q in queue_yaml.push_queues])
     queues: dict[str, dict[str, Any]] = {}
     for queue in pull.values():
-        layout = _layout(project, queue, prefix, declared_tags.get(queue.name, ()))
+        count = shards.get(queue.name, shards.get(None))
+        layout = _layout(project, queue, prefix, declared_tags.get(queue.name, ()), count or SHARDS)
         plan.layouts.append(layout)
         attempts, note = max_delivery_attempts(queue)
         where = f"queue {queue.name!r} (line {queue.line})"
@@ -577,6 +606,8 @@ def build_plan(
             "declared_tags": sorted(set(layout.declared_tags)),
             "max_delivery_attempts": attempts,
         }
+        if count is not None:
+            queues[queue.name]["shards"] = count
         if queue.retry_labels:
             queues[queue.name]["labels"] = dict(queue.retry_labels)
     _check_collisions(plan.layouts)

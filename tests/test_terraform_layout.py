@@ -20,7 +20,7 @@ import hcl2
 import pytest
 
 from pullqueue.adapters.pubsub.claims import CLAIM_DEADLINE
-from pullqueue.adapters.pubsub.layout import SHARDS, QueueLayout
+from pullqueue.adapters.pubsub.layout import LABEL_SHARDS, SHARDS, QueueLayout
 from pullqueue.config import Settings
 from pullqueue.errors import ConfigurationError
 from pullqueue.plan import MAX_DELIVERY_ATTEMPTS, build_plan, read_queue_yaml, render
@@ -94,6 +94,7 @@ def expected_layouts(variables: dict[str, Any]) -> dict[str, QueueLayout]:
             name,
             variables.get("prefix", ""),
             tuple(queue.get("declared_tags", ())),
+            queue.get("shards", SHARDS),
         )
         for name, queue in variables["queues"].items()
     }
@@ -104,8 +105,9 @@ SAMPLES = {
         "project_id": "my-project",
         "queues": {
             "report-jobs": {},
-            "thumbnails": {"declared_tags": ["small", "large", "small"]},
-            "audit": {"declared_tags": ["security"]},
+            "thumbnails": {"declared_tags": ["small", "large", "small"], "shards": 64},
+            "audit": {"declared_tags": ["security"], "shards": 1},
+            "wide": {"shards": 256},
         },
     },
     "prefix for names Pub/Sub refuses alone": {
@@ -143,7 +145,8 @@ def test_terraform_ids_and_filters_equal_the_adapters(sample: str, tmp_path: Pat
         tags = sorted(set(layout.declared_tags))
         assert got["tag_subscription_ids"] == {t: layout.tag_subscription_id(t) for t in tags}
         assert got["tag_filters"] == {t: f'attributes.tag = "{t}"' for t in tags}
-        shards = range(SHARDS)
+        assert got["shards"] == layout.shards
+        shards = range(layout.shards)
         assert got["shard_topic_ids"] == [layout.shard_topic_id(k) for k in shards]
         assert got["shard_subscription_ids"] == [layout.shard_subscription_id(k) for k in shards]
         assert got["claims_topic_id"] == layout.claims_topic_id
@@ -255,6 +258,9 @@ REJECTED = {
     "name starting with goog": ("", {"google-jobs": {}}, "Set prefix"),
     "prefix starting with goog": ("goog-", {"jobs": {}}, "prefix must be empty"),
     "declared tag with a space": ("", {"jobs": {"declared_tags": ["a b"]}}, "Declared tags"),
+    "no shard": ("", {"jobs": {"shards": 0}}, "shards must be a whole number from 1 to 256"),
+    "more shards than allowed": ("", {"jobs": {"shards": 257}}, "shards must be a whole number"),
+    "a fraction of a shard": ("", {"jobs": {"shards": 2.5}}, "shards must be a whole number"),
     "worker filter over 256 bytes": (
         "",
         {"jobs": {"declared_tags": [f"tag-number-{i}" for i in range(9)]}},
@@ -268,7 +274,13 @@ def test_terraform_rejects_what_the_adapter_rejects(case: str, tmp_path: Path) -
     prefix, queues, message = REJECTED[case]
     with pytest.raises(ConfigurationError):
         for name, queue in queues.items():
-            QueueLayout("my-project", name, prefix, tuple(queue.get("declared_tags", ())))
+            QueueLayout(
+                "my-project",
+                name,
+                prefix,
+                tuple(queue.get("declared_tags", ())),
+                queue.get("shards", SHARDS),
+            )
 
     applied = run_layout(tmp_path, {"project_id": "my-project", "prefix": prefix, "queues": queues})
 
@@ -291,8 +303,15 @@ def test_plan_output_is_accepted_by_the_module_and_names_the_same_ids(tmp_path: 
         project="my-project",
         prefix="pq-",
         declared_tags={"report-jobs": ["weekly", "daily"]},
+        shards={"thumbnails": 64, None: 32},
     )
     outputs = evaluate_layout(tmp_path, json.loads(render(plan)))
+    assert {name: queue["shards"] for name, queue in outputs["layout"].items()} == {
+        "report-jobs": 32,
+        "thumbnails": 64,
+        "audit-log": 32,
+        "reindex": 32,
+    }
 
     assert set(outputs["layout"]) == {"report-jobs", "thumbnails", "audit-log", "reindex"}
     for layout in plan.layouts:
@@ -383,6 +402,23 @@ def test_resources_take_their_names_from_the_layout_locals() -> None:
         "lookup(google_pubsub_topic.shard, each.key,"
         " google_pubsub_topic.queue[each.value.queue]).id"
     )
+
+
+def test_queue_topic_carries_the_shard_count_label_the_adapter_reads() -> None:
+    found = module_resources()
+    labels = unquote(found["google_pubsub_topic", "queue"]["labels"])
+    assert f'"{LABEL_SHARDS}" = tostring(each.value.shards)' in labels
+    viewers = {
+        unquote(body["member"])
+        for key, body in found.items()
+        if key[0] == "google_pubsub_topic_iam_member"
+        and unquote(body["role"]) == "roles/pubsub.viewer"
+        and unquote(body["topic"]) == "google_pubsub_topic.queue[each.key].name"
+    }
+    assert viewers == {
+        "serviceAccount:${var.publisher_service_account}",
+        "serviceAccount:${var.worker_service_account}",
+    }
 
 
 def test_pull_subscriptions_have_the_settings_the_adapter_needs() -> None:
@@ -518,6 +554,8 @@ def test_iam_is_least_privilege() -> None:
         ("google_pubsub_subscription_iam_member", "roles/pubsub.subscriber"),
         ("google_pubsub_subscription_iam_member", "roles/pubsub.viewer"),
         ("google_pubsub_topic_iam_member", "roles/pubsub.publisher"),
+        # On the queue topic alone, to read its shard count label.
+        ("google_pubsub_topic_iam_member", "roles/pubsub.viewer"),
     }
     granted = variables(MODULE / "variables.tf")["grant_worker_publisher"]
     assert unquote(granted["type"]) == "bool"

@@ -134,15 +134,37 @@ class _EtaOrder:
         return sum(map(len, self.buckets.values()))
 
 
+class _LastMinute:
+    """A count of events in the last 60 seconds: (time, count) pairs, dropped as they age."""
+
+    __slots__ = ("_events", "_total")
+
+    def __init__(self) -> None:
+        self._events: deque[tuple[int, int]] = deque()
+        self._total = 0
+
+    def add(self, now: int, count: int) -> None:
+        """Record `count` events at `now` (microseconds)."""
+        if count:
+            self._events.append((now, count))
+            self._total += count
+            self.total(now)
+
+    def total(self, now: int) -> int:
+        """The events of the 60 seconds up to now."""
+        events = self._events
+        while events and events[0][0] <= now - _MINUTE_USEC:
+            self._total -= events.popleft()[1]
+        return self._total
+
+
 class _QueueState:
     """The tasks of one queue and the orders that index them (see the module docstring)."""
 
     __slots__ = (
         "by_tag",
         "completed",
-        "completed_total",
         "executed",
-        "executed_total",
         "items",
         "leased",
         "leases",
@@ -161,10 +183,8 @@ class _QueueState:
         self.leases = _EtaOrder()
         self.leased = 0
         self.items = 0
-        self.executed: deque[tuple[int, int]] = deque()
-        self.executed_total = 0
-        self.completed: deque[tuple[int, int]] = deque()
-        self.completed_total = 0
+        self.executed = _LastMinute()  # tasks leased
+        self.completed = _LastMinute()  # leased tasks deleted by their holder
 
     def wait(self, entry: _Entry) -> None:
         """Index a task that is not under lease (just added, released or its lease ended)."""
@@ -290,34 +310,6 @@ class _QueueState:
         self.by_tag = {tag: _EtaOrder(buckets) for tag, buckets in by_tag.items()}
         self.items = len(self.tasks) + tagged
 
-    def count_executed(self, now: int, leased: int) -> None:
-        """Record `leased` tasks handed out at `now` for executed_last_minute."""
-        if leased:
-            self.executed.append((now, leased))
-            self.executed_total += leased
-            self.executed_last_minute(now)
-
-    def count_completed(self, now: int, deleted: int) -> None:
-        """Record `deleted` leased tasks deleted (completed by their holder) at `now`."""
-        if deleted:
-            self.completed.append((now, deleted))
-            self.completed_total += deleted
-            self.completed_last_minute(now)
-
-    def completed_last_minute(self, now: int) -> int:
-        """Leased tasks deleted in the 60 seconds up to now."""
-        completed = self.completed
-        while completed and completed[0][0] <= now - _MINUTE_USEC:
-            self.completed_total -= completed.popleft()[1]
-        return self.completed_total
-
-    def executed_last_minute(self, now: int) -> int:
-        """Tasks leased in the 60 seconds up to now."""
-        executed = self.executed
-        while executed and executed[0][0] <= now - _MINUTE_USEC:
-            self.executed_total -= executed.popleft()[1]
-        return self.executed_total
-
 
 class MemoryBackend:
     """Pull queues in this process's memory, thread-safe, on an injectable clock.
@@ -441,7 +433,7 @@ class MemoryBackend:
             else:
                 chosen = state.take(state.waiting, now, max_tasks)
             leased = self._hand_out(queue, state, chosen, now + _usec(lease_seconds))
-            state.count_executed(now, len(leased))
+            state.executed.add(now, len(leased))
             state.maybe_compact()
             return leased
 
@@ -542,7 +534,7 @@ class MemoryBackend:
                     ended += entry.leased
                     results.append(True)
             state.leased -= ended
-            state.count_completed(_usec(self._clock()), ended)
+            state.completed.add(_usec(self._clock()), ended)
             state.maybe_compact()
             return results
 
@@ -566,7 +558,7 @@ class MemoryBackend:
                 tasks=len(state.tasks),
                 oldest_eta=min(etas) / USEC if etas else None,
                 leased=state.leased,
-                executed_last_minute=state.executed_last_minute(now),
+                executed_last_minute=state.executed.total(now),
             )
 
     def list_tasks(self, queue: str) -> Iterator[Task]:
@@ -609,7 +601,7 @@ class MemoryBackend:
     def completed_last_minute(self, queue: str) -> int:
         """Leased tasks deleted (completed by their holder) in the last 60 seconds."""
         with self._lock:
-            return self._queue(queue).completed_last_minute(_usec(self._clock()))
+            return self._queue(queue).completed.total(_usec(self._clock()))
 
     def close(self) -> None:
         """Nothing to release: the queues live as long as the object."""

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import signal
-import socket
 import threading
 from collections.abc import Callable
 
@@ -19,27 +17,6 @@ from aiohttp import web
 from pullqueue.bridge.app import Bridge
 
 DEFAULT_LISTEN = "127.0.0.1:10001"
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """HOST:PORT (`[::1]:10001` for IPv6) as (host, port); ValueError saying what is wrong."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host:
-        raise ValueError(f"{text!r} is not HOST:PORT (e.g. {DEFAULT_LISTEN})")
-    host = host.strip("[]")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{text!r}: the port must be a number from 0 to 65535")
-    return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether host names only this machine (localhost, 127.0.0.0/8, ::1)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 async def _start(bridge: Bridge, host: str, port: int) -> tuple[web.AppRunner, int]:
@@ -113,10 +90,3 @@ class BackgroundBridge:
         self._thread.join(10)
         with contextlib.suppress(RuntimeError):
             self._loop.close()
-
-
-def free_port() -> int:
-    """A TCP port free on the loopback interface now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

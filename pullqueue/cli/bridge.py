@@ -22,6 +22,7 @@ from pullqueue.cli.base import (
     serve_metrics,
     url_option,
 )
+from pullqueue.listen import is_loopback, parse_listen
 
 TICKET_ENV = "PULLQUEUE_BRIDGE_TICKET"
 
@@ -86,16 +87,15 @@ def bridge(
     """
     try:
         from pullqueue.bridge import Bridge, serve
-        from pullqueue.bridge.server import is_loopback, parse_listen
     except ImportError as exc:
         fail(f"the bridge needs its extra: pip install 'pullqueue[bridge]' ({exc})", EXIT_USAGE)
     try:
-        host, port = parse_listen(listen)
+        host, port = parse_listen(listen, "127.0.0.1:10001")
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--listen'") from None
     if upstream is not None:
         try:
-            parse_listen(upstream)
+            parse_listen(upstream, "appengine.googleapis.internal:10001")
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="'--upstream'") from None
     ticket = _ticket(ticket_file)

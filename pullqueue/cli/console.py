@@ -13,6 +13,7 @@ from types import FrameType
 
 import click
 
+from pullqueue import listen as listen_module
 from pullqueue.cli.base import (
     EXIT_STATUS_HELP,
     EXIT_USAGE,
@@ -31,15 +32,12 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """HOST:PORT (IPv6 hosts in brackets) to (host, port), or a usage error naming --listen."""
-    host, sep, port = text.strip().rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise click.BadParameter(
-            f"{text!r} is not HOST:PORT (for example 127.0.0.1:8080)", param_hint="'--listen'"
-        )
-    return host, int(port)
+def parse_listen(text: str, option: str = "--listen") -> tuple[str, int]:
+    """HOST:PORT (IPv6 hosts in brackets) to (host, port), or a usage error naming the option."""
+    try:
+        return listen_module.parse_listen(text, DEFAULT_LISTEN)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=f"'{option}'") from None
 
 
 def read_token(token_file: Path | None) -> str | None:
@@ -83,7 +81,7 @@ PULLQUEUE_CONSOLE_TOKEN); open it once as http://HOST:PORT/?token=TOKEN.
 
 """
     + EXIT_STATUS_HELP
-    + "\nHere 130 is also how the console ends (Ctrl-C).",
+    + "\nHere 0 is also how the console ends on SIGTERM or Ctrl-C, once it has shut down.",
 )
 @url_option()
 @click.option(
@@ -136,11 +134,10 @@ def console(
     try:
         from pullqueue.console import create_app
         from pullqueue.console.app import loopback_hosts
-        from pullqueue.console.security import is_loopback
         from pullqueue.console.server import address, bind, serve
     except ImportError as exc:
         fail(f"{INSTALL_HINT} ({exc})", EXIT_USAGE)
-    loopback = is_loopback(host)
+    loopback = listen_module.is_loopback(host)
     if not loopback and token is None:
         raise click.UsageError(
             f"--listen {listen} is reachable from other machines: give a token with --token-file"
@@ -170,6 +167,8 @@ def console(
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             serve(app, sock)
+        except KeyboardInterrupt:
+            pass  # uvicorn has shut down: a signal is the console's normal end (exit 0)
         finally:
             signal.signal(signal.SIGTERM, previous)
     finally:

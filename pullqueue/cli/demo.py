@@ -12,6 +12,7 @@ import time
 import click
 from rich.console import Console
 
+from pullqueue import listen as listen_module
 from pullqueue.cli.base import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -192,13 +193,12 @@ def _console_address(listen: str) -> tuple[str, int]:
     it; the extra must be installed and the port free, or nothing starts."""
     from pullqueue.cli.console import INSTALL_HINT, parse_listen
 
-    host, port = parse_listen(listen)
+    host, port = parse_listen(listen, "--console-listen")
     try:
-        from pullqueue.console.security import is_loopback
         from pullqueue.console.server import bind
     except ImportError as exc:
         fail(f"{INSTALL_HINT} ({exc})", EXIT_USAGE)
-    if not is_loopback(host):
+    if not listen_module.is_loopback(host):
         raise click.BadParameter(
             f"{listen!r} is not a loopback address; the demo's console serves this machine only"
             " (use `pullqueue console` with a token for more)",

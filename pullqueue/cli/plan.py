@@ -13,7 +13,13 @@ import click
 from pullqueue.cli.base import EXIT_STATUS_HELP, EXIT_USAGE, Command, OutputFile, fail
 from pullqueue.errors import Error
 from pullqueue.links import TERRAFORM_EXAMPLE, TERRAFORM_MODULE, source_url
-from pullqueue.plan import build_plan, parse_tag_options, read_queue_yaml, render
+from pullqueue.plan import (
+    build_plan,
+    parse_shard_options,
+    parse_tag_options,
+    read_queue_yaml,
+    render,
+)
 
 
 def names_note(project: str) -> str:
@@ -33,6 +39,7 @@ def names_note(project: str) -> str:
 Examples:
   pullqueue plan queue.yaml --project my-app > queues.auto.tfvars.json
   pullqueue plan queue.yaml --project my-app --tag counters=hot --out queues.auto.tfvars.json
+  pullqueue plan queue.yaml --project my-app --shards counters=64
 
 \b
 The Terraform module: {TERRAFORM_MODULE}
@@ -61,12 +68,25 @@ A root module using it: {TERRAFORM_EXAMPLE}
     help="Prefix of every topic and subscription id; workers need the same value.",
 )
 @click.option(
+    "--shards",
+    "shards",
+    multiple=True,
+    metavar="[QUEUE=]N",
+    help="Shard topics of every pull queue (N) or of one (QUEUE=N), 1-256, default 16: at least"
+    " the worker processes leasing by tag at once. Fixed once the queue holds tasks.",
+)
+@click.option(
     "--out",
     type=OutputFile(),
     help="Write the JSON to this file (e.g. queues.auto.tfvars.json) instead of stdout.",
 )
 def plan(
-    queue_yaml: Path, project: str, tags: tuple[str, ...], prefix: str, out: Path | None
+    queue_yaml: Path,
+    project: str,
+    tags: tuple[str, ...],
+    prefix: str,
+    shards: tuple[str, ...],
+    out: Path | None,
 ) -> None:
     """Print the Terraform variables for every pull queue of QUEUE_YAML.
 
@@ -80,6 +100,7 @@ def plan(
             project=project,
             prefix=prefix,
             declared_tags=parse_tag_options(tags),
+            shards=parse_shard_options(shards),
         )
     except (Error, UnicodeDecodeError) as exc:
         fail(str(exc), EXIT_USAGE)

@@ -16,6 +16,7 @@ from urllib.parse import quote
 import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -148,6 +149,18 @@ class Console:
 
     # Pages
 
+    async def posted(self, request: Request) -> tuple[str, FormData] | Response:
+        """A POST to a queue's page: the queue and the form once the queue is known and the
+        CSRF check passed, else the error page to answer with."""
+        queue = await self.known_queue(request)
+        if isinstance(queue, Response):
+            return queue
+        form = await request.form()
+        problem = csrf_problem(request, _text(form.get(CSRF_FIELD)))
+        if problem is not None:
+            return self.error(request, 403, problem)
+        return queue, form
+
     async def queues(self, request: Request) -> Response:
         await run_in_threadpool(self.sampler.fresh)
         return self.render(request, "queues.html", **self._queue_rows())
@@ -208,13 +221,10 @@ class Console:
 
     async def look(self, request: Request) -> Response:
         """A look at a Pub/Sub queue's tasks: a POST, since each look costs a delivery attempt."""
-        queue = await self.known_queue(request)
-        if isinstance(queue, Response):
-            return queue
-        form = await request.form()
-        problem = csrf_problem(request, _text(form.get(CSRF_FIELD)))
-        if problem is not None:
-            return self.error(request, 403, problem)
+        posted = await self.posted(request)
+        if isinstance(posted, Response):
+            return posted
+        queue, form = posted
         tag = _text(form.get("tag")) or None
         page = await run_in_threadpool(pubsub_look, self.backend, queue, tag=tag, limit=LOOK_LIMIT)
         return self.render(request, "_tasks.html", queue=queue, page=page, tag=tag, after=None)
@@ -257,13 +267,10 @@ class Console:
         and the typed queue name, never under --read-only."""
         if self.read_only:
             return self.error(request, 403, "this console is read-only: actions are disabled")
-        queue = await self.known_queue(request)
-        if isinstance(queue, Response):
-            return queue
-        form = await request.form()
-        problem = csrf_problem(request, _text(form.get(CSRF_FIELD)))
-        if problem is not None:
-            return self.error(request, 403, problem)
+        posted = await self.posted(request)
+        if isinstance(posted, Response):
+            return posted
+        queue, form = posted
         confirm = _text(form.get("confirm"))
         if confirm != queue:
             return self.error(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pullqueue.adapters.base import Backend, ListingBackend, PagingBackend
-from pullqueue.inspection import PUBSUB_NOTE, TaskRow, dead_letter_rows, pubsub_rows, task_state
+from pullqueue.inspection import PUBSUB_NOTE, TaskRow, dead_letter_rows, pubsub_rows, task_row
 
 PAGE_SIZE = 100
 LOOK_LIMIT = 100
@@ -80,18 +80,7 @@ def task_page(
             else f"{backend.url} cannot show tasks without leasing them"
         )
         return TaskPage([], False, reason, unsupported=reason)
-    rows = [
-        TaskRow(
-            t.name,
-            t.tag,
-            t.eta_posix,
-            task_state(t.eta_posix, t.retry_count, now),
-            None,
-            t.retry_count,
-            t.payload,
-        )
-        for t in tasks[:size]
-    ]
+    rows = [task_row(t, now) for t in tasks[:size]]
     more = len(tasks) > size
     return TaskPage(
         rows,

@@ -7,7 +7,6 @@ visit (CSRF, DNS rebinding) nor by anyone on the network without the token.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import secrets
 from urllib.parse import urlencode
 
@@ -21,16 +20,6 @@ CSRF_HEADER = "x-csrf-token"
 TOKEN_COOKIE = "pullqueue_console_token"
 TOKEN_ENV = "PULLQUEUE_CONSOLE_TOKEN"
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a listen address only accepts connections from this machine."""
-    if host.strip("[]") == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def same_secret(given: str | None, expected: str) -> bool:

@@ -10,7 +10,7 @@ import datetime as dt
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from google.api_core import exceptions as api_exceptions
@@ -100,6 +100,12 @@ def _posix(value: object) -> float | None:
     return None
 
 
+def _chunks(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    """items in runs of at most MAX_WRITES_PER_BATCH (Firestore's limit per batched call)."""
+    for start in range(0, len(items), MAX_WRITES_PER_BATCH):
+        yield items[start : start + MAX_WRITES_PER_BATCH]
+
+
 def _utc(seconds: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc)
 
@@ -144,6 +150,7 @@ class FirestoreNameRegistry:
                 " FIRESTORE_EMULATOR_HOST for the emulator"
             ) from exc
         self._collection = self._client.collection(collection)
+        self._collection_path = self._collection.document("_").path.rpartition("/")[0]
         self._write_retry = api_retry.Retry(
             predicate=api_retry.if_exception_type(*_RETRIED),
             initial=0.1,
@@ -370,15 +377,14 @@ class FirestoreNameRegistry:
     def tombstoned(self, queue: str, names: Sequence[str]) -> set[str]:
         now = self._clock()
         unique = list(dict.fromkeys(names))
-        collection = self._collection.document("_").path.rpartition("/")[0]
-        paths = [f"{collection}/{document_id(queue, n)}" for n in unique]
+        paths = [f"{self._collection_path}/{document_id(queue, n)}" for n in unique]
         found: dict[str, Any] = {}
         try:
-            for start in range(0, len(paths), MAX_WRITES_PER_BATCH):
+            for chunk in _chunks(paths):
                 found.update(
                     states(
                         self._client,
-                        paths[start : start + MAX_WRITES_PER_BATCH],
+                        chunk,
                         ("state", TTL_FIELD),
                         retry=self._read_retry,
                         timeout=self.timeout,
@@ -457,9 +463,9 @@ class FirestoreNameRegistry:
     def _commit(self, fill: Callable[[Writes, T], None], items: Sequence[T]) -> list[int]:
         """Apply one write per item with BatchWrite (non-atomic); the status code of each."""
         codes: list[int] = []
-        for start in range(0, len(items), MAX_WRITES_PER_BATCH):
+        for chunk in _chunks(items):
             writes = Writes(self._client._database_string)
-            for item in items[start : start + MAX_WRITES_PER_BATCH]:
+            for item in chunk:
                 fill(writes, item)
             codes += send(self._client, writes, retry=self._write_retry, timeout=self.timeout)
         return codes
@@ -467,10 +473,9 @@ class FirestoreNameRegistry:
     def _read(self, refs: Sequence[firestore.DocumentReference]) -> dict[str, Any]:
         """Snapshots by document id (missing documents come back with exists False)."""
         snapshots: dict[str, Any] = {}
-        for start in range(0, len(refs), MAX_WRITES_PER_BATCH):
-            chunk = list(refs[start : start + MAX_WRITES_PER_BATCH])
+        for chunk in _chunks(refs):
             for snapshot in self._client.get_all(
-                chunk, retry=self._read_retry, timeout=self.timeout
+                list(chunk), retry=self._read_retry, timeout=self.timeout
             ):
                 snapshots[snapshot.id] = snapshot
         return snapshots

@@ -30,7 +30,7 @@ from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.bridge.app import MAX_BODY_BYTES
 from pullqueue.bridge.proto import taskqueue_service_pb2 as pb
 from pullqueue.bridge.proto.remote_api_pb2 import Request, Response
-from pullqueue.bridge.server import free_port
+from pullqueue.listen import free_port
 from tests.bridge.support import (
     TICKET,
     running_bridge,

@@ -55,3 +55,10 @@ def test_demo_serves_the_console_until_ctrl_c() -> None:
 def test_demo_console_refuses_a_non_loopback_address() -> None:
     result = run("demo", "--console", "--console-listen", "0.0.0.0:8080")
     assert result.returncode == 2 and "loopback" in result.stderr
+
+
+def test_demo_console_names_its_own_option_on_a_bad_address() -> None:
+    result = run("demo", "--console", "--console-listen", "BAD")
+    assert result.returncode == 2
+    assert "'--console-listen'" in result.stderr and "'BAD' is not HOST:PORT" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -69,7 +69,7 @@ def test_the_hand_holds_at_most_its_bytes(make_backend: MakeBackend) -> None:
     give_up = time.monotonic() + 60
     while len(leased) < len(payloads) and time.monotonic() < give_up:
         batch = queue.lease(60, 1, group_by_tag=True)
-        peak = max(peak, backend._book.held_bytes("bounded"))
+        peak = max(peak, backend._hand("bounded").held_bytes())
         if batch:
             queue.delete(batch)
             leased += [t.payload for t in batch]

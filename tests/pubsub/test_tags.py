@@ -18,7 +18,6 @@ import pytest
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.layout import ATTR_TAG, shard_of
-from pullqueue.adapters.pubsub.leases import LeaseBook
 from pullqueue.adapters.pubsub.wire import Delivery
 from tests.pubsub.conftest import MakeBackend, raw_pull
 
@@ -144,19 +143,23 @@ def test_the_held_buffer_is_bounded(make_backend: MakeBackend) -> None:
     assert len(holder.lease(60, 10, tag=ALPHA)) == 2
 
 
-def test_a_task_held_again_keeps_its_first_release_time() -> None:
-    book = LeaseBook()
+def test_a_task_held_again_keeps_its_first_release_time(make_backend: MakeBackend) -> None:
+    backend = make_backend(pubsub_hold_seconds=2.0, pubsub_hold_max=10)
+    backend.topology("rehand")
+    hand = backend._hand("rehand")
     pulled = 1000.0
     deliveries = [_delivery(f"b{i}", pulled) for i in range(3)]
-    assert book.hold("q", deliveries, 2.0, 10, now=pulled + 0.1) == ([], [])
+    assert hand._put(deliveries, now=pulled + 0.1) == ([], [])
     # A lease call takes the hand at +1 s and holds it again: due at +2 s as before, not +3 s.
-    taken = book.take_held("q", None, 10)
-    assert book.hold("q", taken, 2.0, 10, now=pulled + 1.0) == ([], [])
-    assert book.held_due(pulled + 1.9, "q") == []
-    assert [d.name for d in book.held_due(pulled + 2.0, "q")] == ["b0", "b1", "b2"]
+    taken = hand.take(None, 10)
+    assert hand._put(taken, now=pulled + 1.0) == ([], [])
+    assert hand._due(pulled + 1.9) == []
+    assert [d.name for d in hand._due(pulled + 2.0)] == ["b0", "b1", "b2"]
     # Held again once its time is up, it is handed back as due; past the limit, as not fitting.
-    assert book.hold("q", deliveries[:1], 2.0, 10, now=pulled + 2.5) == ([], deliveries[:1])
-    assert book.hold("q", deliveries, 2.0, 2, now=pulled + 0.5) == (deliveries[2:], [])
+    assert hand._put(deliveries[:1], now=pulled + 2.5) == ([], deliveries[:1])
+    small = make_backend(pubsub_hold_seconds=2.0, pubsub_hold_max=2)
+    small.topology("rehand")
+    assert small._hand("rehand")._put(deliveries, now=pulled + 0.5) == (deliveries[2:], [])
 
 
 def _delivery(name: str, pulled_at: float) -> Delivery:
@@ -246,8 +249,9 @@ def test_a_held_task_is_not_kept_once_its_deadline_is_nearly_over(
     now = time.time()
     on_time = _delivery("b0", now - deadline / 2)
     late = _delivery("b1", now - deadline * 0.8)
-    assert backend._extendable(topology, replace(on_time, subscription=source), now)
-    assert not backend._extendable(topology, replace(late, subscription=source), now)
+    hand = backend._hand("stalled")
+    assert hand.extendable(replace(on_time, subscription=source), now)
+    assert not hand.extendable(replace(late, subscription=source), now)
 
 
 def test_a_hand_smaller_than_the_queue_serves_whole_shards_first(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 from pullqueue import Queue, Task
 from tests.pubsub.conftest import MakeBackend
@@ -73,3 +74,31 @@ def test_threads_over_many_tags_leave_nothing_behind(make_backend: MakeBackend) 
     leased = [t.payload for batch in batches for t in batch]
     assert sorted(leased) == sorted(payloads)
     assert all(len({t.tag for t in batch}) == 1 for batch in batches)
+
+
+def test_a_lease_without_tag_waits_for_another_thread_serving_the_hand(
+    make_backend: MakeBackend,
+) -> None:
+    # One thread's lease by tag has the whole hand out while it serves it; a lease without tag
+    # from another thread must wait for it, not answer [] from the empty hand meanwhile.
+    backend = make_backend()
+    queue = Queue("threaded-untagged", backend)
+    queue.add([Task(f"p{i}".encode(), tag="tag-a") for i in range(5)])
+    assert len(queue.lease(60, 1, tag="tag-a")) == 1  # the other four are held now
+    hand = backend._hand("threaded-untagged")
+    assert hand.count() == 4
+    serving = threading.Event()
+
+    def serve() -> None:
+        with hand.serving(time.monotonic() + 10):
+            taken = hand.take(None, 100)  # out of the hand, as in a lease call
+            serving.set()
+            time.sleep(1.0)
+            hand.hold(taken)
+
+    server = threading.Thread(target=serve)
+    server.start()
+    serving.wait(5)
+    leased = queue.lease(60, 10)
+    server.join()
+    assert len(leased) == 4

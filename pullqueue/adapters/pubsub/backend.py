@@ -7,22 +7,21 @@ docs/pubsub.md explains each mapping, its cost and what differs from the legacy 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import SplitResult
 
-from pullqueue.adapters.pubsub.claims import Claim, ShardClaims
+from pullqueue.adapters.pubsub.claims import ShardClaims
 from pullqueue.adapters.pubsub.duplicates import check_named, no_registry_error
+from pullqueue.adapters.pubsub.hand import Hand, Wanted
 from pullqueue.adapters.pubsub.keeper import LeaseKeeper
-from pullqueue.adapters.pubsub.layout import SHARDS, QueueLayout
+from pullqueue.adapters.pubsub.layout import QueueLayout
 from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
 from pullqueue.adapters.pubsub.provision import Provisioner, QueueTopology
 from pullqueue.adapters.pubsub.republish import Republisher
@@ -38,7 +37,6 @@ from pullqueue.config import Settings
 from pullqueue.dedupe.base import NameRegistry
 from pullqueue.errors import (
     ConfigurationError,
-    DeadlineExceededError,
     Error,
     TaskLeaseExpiredError,
     TombstonedTaskError,
@@ -51,10 +49,6 @@ log = logging.getLogger(__name__)
 
 PUBLISH_REQUEST_BYTES = 9 * 2**20
 """Bytes of messages per publish request (Pub/Sub's limit is 10 MB)."""
-ATTEMPTS_RESERVE = 2
-"""A task pullqueue gives back unleased this close to the dead-letter limit is republished."""
-RETENTION_RESERVE = 24 * 3600.0
-"""... and so is one this close (seconds) to the end of the subscription's retention."""
 PUBLISH_TIME_RESOLUTION = 0.002
 """Seconds a purge waits after its cut so later tasks get a later publish time (ms precision)."""
 PULL_SHARE = 100
@@ -66,19 +60,18 @@ LEASE_TOKEN_SLACK = 1e-6
 carry microseconds, lease ends are floats)."""
 NEXT_PULL_WAIT = 0.25
 """Seconds a pull waits on an empty subscription once the lease call has tasks to answer with."""
+CLAIMANT_WAIT = 5.0
+"""Seconds a lease by oldest tag that finds only tasks other processes hold (their shards'
+claims) keeps looking before it answers []."""
+CLAIMANT_POLL = 0.5
+"""Seconds between those looks."""
+EMPTY_POLL = 0.25
+"""Seconds between the looks of a lease by oldest tag that found nothing, until the pull wait."""
 PROBE_SIZE = 1
 """Messages a lease by oldest tag pulls from each subscription it holds nothing from."""
-EMPTY_RECHECK = 0.5
-"""Seconds a subscription found empty is left out of those probes."""
-CLAIMED_RECHECK = 5.0
-"""Seconds a shard another process holds the claim of is left out of those probes."""
 SIZE_GUESS = 2**20
 """Bytes per message assumed of a subscription nothing was pulled from yet (the legacy limit of
 a task); after a pull, the largest message it brought, or an eighth of the guess before if more."""
-SETTLE_WAIT = 1.0
-"""Seconds the keeper waits for a lease call serving the hand before it settles the hand later."""
-
-Wanted = Callable[[Delivery], bool]
 
 
 class PubSubBackend:
@@ -127,26 +120,20 @@ class PubSubBackend:
         self._book = LeaseBook()
         self._republisher = Republisher(self.rpc, self._book)
         self._keeper = LeaseKeeper(
-            self._book, self._renew, self._settle_due, settings.pubsub_keeper_period
+            self._book,
+            self._renew,
+            self._settle_due,
+            self._next_release,
+            settings.pubsub_keeper_period,
         )
         self._topologies: dict[str, QueueTopology] = {}
         self._topology_lock = threading.Lock()
         self._rotation = 0
-        self._empty: dict[str, dict[str, float]] = {}
-        self._unclaimed: dict[str, set[str]] = {}
-        """Queue -> shard subscriptions this process drained finding no token at all."""
-        self._claims = ShardClaims(self.rpc, SHARDS)
-        self._whole: dict[str, dict[str, tuple[int, int]]] = {}
-        """Queue -> subscription -> most tasks and bytes the hand held of it after a drain to
-        empty: what room a drain of a subscription is expected to need."""
-        self._emptied: dict[str, set[str]] = {}
-        """Queue -> subscriptions drained to empty into the hand and given nothing back since."""
+        self._claims = ShardClaims(self.rpc, lambda queue: len(self.topology(queue).shards))
         self._sizes: dict[str, int] = {}
         """Subscription -> bytes per message a pull of it is sized by (see SIZE_GUESS)."""
-        self._hands: dict[str, threading.RLock] = {}
-        """Queue -> the lock of this process's hand: one thread at a time takes from it, pulls
-        into it, claims shards for it and settles it, so a lease from any thread sees every task
-        the process holds (none is out of the hand in another thread's call meanwhile)."""
+        self._hands: dict[str, Hand] = {}
+        """Queue -> this process's hand of it (pubsub/hand.py): its held tasks and their rules."""
         self._closed = False
 
     def __repr__(self) -> str:
@@ -173,8 +160,24 @@ class PubSubBackend:
                     prefix=self.settings.pubsub_prefix,
                     declared_tags=tuple(self.settings.pubsub_declared_tags.get(queue, ())),
                 )
-                found = self._topologies[queue] = self._provisioner.open(layout)
+                found = self._provisioner.open(layout)
+                # The hand first: a thread that finds the topology finds its hand.
+                self._hands[queue] = Hand(
+                    queue,
+                    found,
+                    settings=self.settings,
+                    rpc=self.rpc,
+                    book=self._book,
+                    claims=self._claims,
+                    republisher=self._republisher,
+                    poke=self._keeper.poke,
+                )
+                self._topologies[queue] = found
             return found
+
+    def _hand(self, queue: str) -> Hand:
+        """The queue's hand (the queue's topology was opened first)."""
+        return self._hands[queue]
 
     # Adding
 
@@ -249,9 +252,12 @@ class PubSubBackend:
         deadline: float = 10.0,
     ) -> list[Task]:
         topology = self.topology(queue)
-        end = time.monotonic() + deadline
-        if group_by_tag and tag is not None:
-            with self._hand(queue, end):
+        began = time.monotonic()
+        end = began + deadline
+        # Every lease serves the hand in turn, one without tag too: a lease from any thread
+        # sees every task the process holds, none being out in another thread's call.
+        with self._hand(queue).serving(end):
+            if group_by_tag and tag is not None:
                 picked = self._collect(
                     queue,
                     topology,
@@ -261,32 +267,78 @@ class PubSubBackend:
                     _of_tag(tag),
                     rotate=False,
                 )
-        elif group_by_tag:
-            with self._hand(queue, end):
-                picked = self._collect_oldest_group(queue, topology, max_tasks, end)
-        else:
-            picked = self._collect_any(queue, topology, max_tasks, end)
+            elif group_by_tag:
+                picked = self._lease_oldest(queue, topology, max_tasks, began, end)
+            else:
+                picked = self._lease_any(queue, topology, max_tasks, began, end)
+        if group_by_tag and tag is None and not picked:
+            picked = self._await_claimants(queue, topology, max_tasks, end)
         return self._grant(queue, topology, picked, lease_seconds)
 
-    def _hand_lock(self, queue: str) -> threading.RLock:
-        with self._topology_lock:
-            return self._hands.setdefault(queue, threading.RLock())
+    def _await_claimants(
+        self, queue: str, topology: QueueTopology, max_tasks: int, end: float
+    ) -> list[Delivery]:
+        """Before a lease by oldest tag answers [] while other processes hold the claims of
+        shards it found tasks of, look again every CLAIMANT_POLL seconds for up to
+        CLAIMANT_WAIT (never past the deadline less two pull waits), asking for those claims
+        each time: a claim won (its holder served the shard, or stopped) lets this call drain
+        the shard. An idle worker asks a few times while another process serves its shards, not
+        once per pull. The hand is let go between looks, so other threads lease meanwhile."""
+        hand = self._hand(queue)
+        give_up = min(time.monotonic() + CLAIMANT_WAIT, end - 2 * self.settings.pubsub_pull_wait)
+        picked: list[Delivery] = []
+        while not picked and hand.claimed_elsewhere() and time.monotonic() < give_up:
+            time.sleep(max(min(CLAIMANT_POLL, give_up - time.monotonic()), 0.0))
+            last = time.monotonic() + CLAIMANT_POLL >= give_up
+            with hand.serving_by(give_up) as free:
+                if not free:
+                    break
+                hand.ask_claims_again()
+                picked = self._collect_oldest_group(queue, topology, max_tasks, end, last_look=last)
+        return picked
 
-    @contextlib.contextmanager
-    def _hand(self, queue: str, end: float) -> Iterator[None]:
-        """Serve the queue's hand in this thread alone until the block ends: a lease by tag
-        waits for another thread's (up to its deadline) rather than answer from half a hand."""
-        lock = self._hand_lock(queue)
-        if not lock.acquire(timeout=max(end - time.monotonic(), 0.0)):
-            raise DeadlineExceededError(
-                "another thread of this process was serving the queue's held tasks for the"
-                " whole deadline; back off and retry",
-                queue=queue,
-            )
-        try:
-            yield
-        finally:
-            lock.release()
+    def _lease_oldest(
+        self, queue: str, topology: QueueTopology, max_tasks: int, began: float, end: float
+    ) -> list[Delivery]:
+        """_collect_oldest_group, answering [] no sooner than the pull wait: a pull of an empty
+        subscription may answer at once (the emulator does), and a process that finds nothing
+        while other processes serve the shards would ask again and again, each call an empty
+        lease. Looks every EMPTY_POLL seconds meanwhile; the last look is taken at the end.
+
+        A call that waited for the hand (begun at `began`) while another thread's look found
+        nothing, that look begun after this call and nothing held or given back since,
+        answers [] at once: that look was this call's, and threads waiting in turn would
+        otherwise add a pull wait each and run past their deadlines.
+        """
+        hand = self._hand(queue)
+        if hand.found_nothing_since(began, every_task=False):
+            return []
+        until = min(time.monotonic() + self.settings.pubsub_pull_wait, end)
+        while True:
+            looked = time.monotonic()
+            last = looked + EMPTY_POLL >= until
+            picked = self._collect_oldest_group(queue, topology, max_tasks, end, last_look=last)
+            if picked:
+                return picked
+            if last:
+                hand.found_nothing(looked, every_task=False)
+                return picked
+            time.sleep(EMPTY_POLL)
+
+    def _lease_any(
+        self, queue: str, topology: QueueTopology, max_tasks: int, began: float, end: float
+    ) -> list[Delivery]:
+        """_collect_any; a call that waited for the hand while another thread's look found
+        nothing (begun after this call, nothing held or given back since) answers [] at once,
+        as in _lease_oldest: N idle threads then cost one pull wait, not N in turn."""
+        hand = self._hand(queue)
+        if hand.found_nothing_since(began, every_task=True):
+            return []
+        looked = time.monotonic()
+        picked = self._collect_any(queue, topology, max_tasks, end)
+        if not picked:
+            hand.found_nothing(looked, every_task=True)
+        return picked
 
     def _collect_any(
         self, queue: str, topology: QueueTopology, max_tasks: int, end: float
@@ -294,7 +346,8 @@ class PubSubBackend:
         """Up to max_tasks of any tag: held ones, then a share of the rest from every
         subscription side by side (so an empty queue answers after one pull wait, not one per
         subscription), then more from those that brought any."""
-        picked = self._book.take_held(queue, None, max_tasks)
+        hand = self._hand(queue)
+        picked = hand.take(None, max_tasks)
         if len(picked) >= max_tasks:
             return picked
         live = self._rotate(topology)
@@ -304,14 +357,14 @@ class PubSubBackend:
                 queue, topology, live, share, end, patient=not picked, spread=True
             )
         except Error:
-            self._hold(queue, topology, picked)
+            hand.hold(picked)
             raise
         # More may be in the sources that brought any: a pull often brings fewer than asked
         # (the emulator at most 100), or only tasks it may not hand out (ETA ahead, a copy).
         picked += found
         if len(picked) > max_tasks:
             picked.sort(key=_age)
-            self._hold(queue, topology, picked[max_tasks:])
+            hand.hold(picked[max_tasks:])
             return picked[:max_tasks]
         if more and len(picked) < max_tasks:
             return self._collect(queue, topology, more, max_tasks, end, None, picked)
@@ -341,19 +394,16 @@ class PubSubBackend:
         Deliveries pulled that are not wanted are held for this process's next lease calls; when
         the held buffer is full the scan stops rather than churn tasks back to Pub/Sub.
         """
-        limit = self.settings.pubsub_hold_max
+        hand = self._hand(queue)
         picked = picked if picked is not None else []
-        picked += self._book.take_held(queue, wanted, max_tasks - len(picked))
+        picked += hand.take(wanted, max_tasks - len(picked))
         active = list(sources)
         try:
             while len(picked) < max_tasks and active and time.monotonic() < end:
                 source = active[0]
                 want = max_tasks - len(picked)
                 if wanted is not None:
-                    room = min(
-                        self._book.room(queue, limit),
-                        self._fitting(source, self._room_bytes(queue, 0)),
-                    )
+                    room = min(hand.room(), self._fitting(source, hand.room_bytes()))
                     if room == 0:
                         break
                     want = min(want + room, 1000)
@@ -377,14 +427,20 @@ class PubSubBackend:
                         picked.append(delivery)
                     else:
                         extra.append(delivery)
-                self._hold(queue, topology, extra)
+                hand.hold(extra)
         except Error:
-            self._hold(queue, topology, picked)
+            hand.hold(picked)
             raise
         return picked
 
     def _collect_oldest_group(
-        self, queue: str, topology: QueueTopology, max_tasks: int, end: float
+        self,
+        queue: str,
+        topology: QueueTopology,
+        max_tasks: int,
+        end: float,
+        *,
+        last_look: bool = True,
     ) -> list[Delivery]:
         """The tasks sharing the tag of the oldest available task in hand.
 
@@ -392,20 +448,22 @@ class PubSubBackend:
         from (a probe). The subscription the oldest task came from is then drained into the
         hand, since Pub/Sub hands out in no set order and an older task may be further back, and
         the oldest is chosen again; its tag's tasks are all in hand then, even with other
-        processes leasing (they find that shard empty while this process serves it).
+        processes leasing (they find that shard empty while this process serves it). With
+        `last_look`, a call that finds nothing looks once more at every subscription.
         """
-        self._book.serving(queue, time.time())
-        hand = self._book.take_held(queue, None, self.settings.pubsub_hold_max + max_tasks)
+        held = self._hand(queue)
+        held.serving_oldest(time.time())
+        hand = held.take(None, self.settings.pubsub_hold_max + max_tasks)
         hand, drained, partial = self._gather(queue, topology, hand, end, fresh=False)
-        if not hand and time.monotonic() < end:
+        if not hand and last_look and time.monotonic() < end:
             # A last look before answering []: every subscription, including those found empty
             # or claimed a moment ago (tasks may have been given back to them since). The
             # claims go back first, so a process that took a head of one of them while this one
             # drained it finds the claim free once it has given the head back.
-            self._release_claims(queue, topology)
+            held.release_claims()
             hand, drained, partial = self._gather(queue, topology, hand, end, fresh=True)
         if not hand:
-            self._release_claims(queue, topology)
+            held.release_claims()
             return []
         hand.sort(key=_age)
         # The oldest of the subscriptions whole in hand: a tag of one the hand had no room for
@@ -417,27 +475,29 @@ class PubSubBackend:
         else:
             picked = [d for d in hand if d.tag == tag][:max_tasks]
         chosen = {d.ack_id for d in picked}
-        self._hold(queue, topology, [d for d in hand if d.ack_id not in chosen])
+        held.hold([d for d in hand if d.ack_id not in chosen])
         if tag is not None:
             # Fill up from the tag's subscriptions, but not from one this call drained (all of
-            # it is in hand) or found empty a moment ago.
-            skip = self._empty.get(queue, {})
+            # it is in hand) or found empty a moment ago, unless this process won its claim a
+            # moment ago (other processes give back the heads of it they held).
             now = time.monotonic()
             try:
                 sources = [
                     source
                     for source in topology.sources_of(tag)
-                    if source not in drained
-                    and skip.get(source, 0.0) <= now
-                    and (source not in topology.shards or self._may_drain(queue, topology, source))
+                    if (
+                        (source not in drained and not held.marked(source, now))
+                        or held.settling(source, now)
+                    )
+                    and (source not in topology.shards or held.may_drain(source))
                 ]
             except Error:
-                self._hold(queue, topology, picked)
+                held.hold(picked)
                 raise
             picked = self._collect(
                 queue, topology, sources, max_tasks, end, _of_tag(tag), picked, rotate=False
             )
-        self._release_claims(queue, topology)
+        held.release_claims()
         return picked
 
     def _gather(
@@ -455,12 +515,12 @@ class PubSubBackend:
         process drains them; if the claim is still held, its holder has yet to take its own
         last look, which sees them.
         """
+        held = self._hand(queue)
         drained: set[str] = set()
         partial: set[str] = set()
-        emptied = self._emptied.setdefault(queue, set())
         try:
             probed = self._probe(queue, topology, hand, end, fresh=fresh)
-            emptied -= {d.subscription for d in probed}
+            held.probed({d.subscription for d in probed})
             hand += probed
             taken: set[str] = set()
             while candidates := [
@@ -472,89 +532,32 @@ class PubSubBackend:
                 source = oldest.subscription
                 drained.add(source)
                 # `oldest` came from `hand`, so the hand holds tasks of `source`.
-                if not fresh and source in emptied:
+                if not fresh and held.emptied(source):
                     # Drained to empty in an earlier call and given nothing back since: what
                     # came later is younger than what is in hand from it.
                     continue
-                if self._may_drain(queue, topology, source):
-                    if self._no_room_for(queue, source, hand, partial):
+                if held.may_drain(source):
+                    if held.no_room_for(source, hand, partial):
                         # Serve what is whole in hand first; draining this now would fill the
                         # hand with parts of subscriptions and lease their tags in parts.
                         partial.add(source)
                         continue
                     found, whole = self._drain(queue, topology, source, hand, end, fresh=fresh)
                     hand += found
-                    if whole:
-                        emptied.add(source)
-                        mine = [d for d in hand if d.subscription == source]
-                        sizes = self._whole.setdefault(queue, {})
-                        count, size = sizes.get(source, (0, 0))
-                        sizes[source] = (
-                            max(count, len(mine)),
-                            max(size, sum(d.size for d in mine)),
-                        )
-                    else:
-                        emptied.discard(source)
+                    held.drained(source, whole, hand)
+                    if not whole:
                         partial.add(source)
-                elif oldest.subscription not in self._unclaimed.get(queue, ()):
+                elif not held.unclaimed(oldest.subscription):
                     taken.add(oldest.subscription)
             if taken:
-                hand = self._give_to_claimants(queue, topology, hand, taken)
+                hand = held.give_to_claimants(hand, taken)
                 for source in sorted(taken) if fresh else ():
-                    if self._may_drain(queue, topology, source):
+                    if held.may_drain(source):
                         hand += self._drain(queue, topology, source, hand, end, fresh=True)[0]
         except Error:
-            self._hold(queue, topology, hand)
+            held.hold(hand)
             raise
         return hand, drained, partial
-
-    def _give_to_claimants(
-        self, queue: str, topology: QueueTopology, hand: list[Delivery], taken: set[str]
-    ) -> list[Delivery]:
-        """Give back the tasks of shards another process is draining (it will serve them with
-        the rest of their tags), leave those shards out of probes for a while; the rest."""
-        back = [d for d in hand if d.subscription in taken]
-        self._release_held(queue, back)
-        marks = self._empty.setdefault(queue, {})
-        for source in taken:
-            marks[source] = time.monotonic() + CLAIMED_RECHECK
-        return [d for d in hand if d.subscription not in taken]
-
-    def _unmark(self, queue: str, sources: list[str]) -> None:
-        """This process gave tasks back to these subscriptions: they are not empty now."""
-        marks = self._empty.get(queue, {})
-        emptied = self._emptied.get(queue, set())
-        for source in sources:
-            marks.pop(source, None)
-            emptied.discard(source)
-
-    def _may_drain(self, queue: str, topology: QueueTopology, source: str) -> bool:
-        """False for a shard whose token another process holds (it is draining that shard)."""
-        if source not in topology.shards:
-            return True
-        shard = topology.shards.index(source)
-        outcome = self._claims.claim(queue, topology.claims, topology.claims_topic, shard)
-        if outcome is Claim.NO_TOKENS:
-            self._unclaimed.setdefault(queue, set()).add(source)
-        return outcome is not Claim.TAKEN
-
-    def _release_claims(self, queue: str, topology: QueueTopology) -> None:
-        """Give back the tokens of shards this process holds no task of any more (and forget
-        the shards it drained unclaimed once it holds none of their tasks)."""
-        unclaimed = self._unclaimed.get(queue)
-        holding = self._claims.holding(queue)
-        if not unclaimed and not holding:
-            return
-        in_hand = self._book.held_sources(queue)
-        if unclaimed:
-            unclaimed &= in_hand
-        done = {k for k in holding if topology.shards[k] not in in_hand}
-        renew_before = time.time() - topology.retention / 2
-        try:
-            self._claims.release(queue, topology.claims, topology.claims_topic, done, renew_before)
-        except Error as exc:
-            # Tokens not given back come back by themselves when their ack deadline ends.
-            log.warning("queue %r: could not give shard tokens back (%s)", queue, exc)
 
     def _drain(
         self,
@@ -572,11 +575,11 @@ class PubSubBackend:
 
         One found empty a moment ago (EMPTY_RECHECK) is not pulled again yet, unless `fresh`.
         """
+        held = self._hand(queue)
         room = self.settings.pubsub_hold_max - len(hand)
         room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
         found: list[Delivery] = []
-        marks = self._empty.setdefault(queue, {})
-        if not fresh and marks.get(source, 0.0) > time.monotonic():
+        if not fresh and held.marked(source, time.monotonic()):
             return found, True
         try:
             while room > len(found) and time.monotonic() < end:
@@ -585,36 +588,14 @@ class PubSubBackend:
                     break
                 ready = self._pull(queue, topology, source, want, end, patient=False, spread=True)
                 if ready is None:
-                    marks[source] = time.monotonic() + EMPTY_RECHECK
+                    held.mark_empty(source)
                     return found, True
                 found += ready
                 room_bytes -= sum(d.size for d in ready)
         except Error:
-            self._hold(queue, topology, found)
+            held.hold(found)
             raise
         return found, False
-
-    def _no_room_for(
-        self, queue: str, source: str, hand: list[Delivery], partial: set[str]
-    ) -> bool:
-        """True when the hand lacks the room a drain of `source` is expected to need (the most
-        any subscription of the queue filled it with when drained to empty) while it holds
-        tasks of other subscriptions it may serve instead."""
-        sizes = self._whole.get(queue)
-        if not sizes or not any(
-            d.subscription != source and d.subscription not in partial for d in hand
-        ):
-            return False
-        count = max(c for c, _ in sizes.values())
-        size = max(b for _, b in sizes.values())
-        mine = [d for d in hand if d.subscription == source]
-        room = self.settings.pubsub_hold_max - len(hand)
-        room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
-        return count - len(mine) > room or size - sum(d.size for d in mine) > room_bytes
-
-    def _room_bytes(self, queue: str, taken: int) -> int:
-        """Bytes the queue's hand has room for, with `taken` bytes of it out in this call."""
-        return self.settings.pubsub_hold_bytes - self._book.held_bytes(queue) - taken
 
     def _pull_bytes(self) -> int:
         """Most bytes one round of pulls asks for (pubsub_pull_bytes, within a hand's worth)."""
@@ -641,8 +622,10 @@ class PubSubBackend:
         """
         now = time.monotonic()
         present = {d.subscription for d in hand}
-        skip = {} if fresh else self._empty.get(queue, {})
-        sources = [s for s in topology.sources if s not in present and skip.get(s, 0.0) <= now]
+        held = self._hand(queue)
+        sources = [
+            s for s in topology.sources if s not in present and (fresh or not held.marked(s, now))
+        ]
         if not sources:
             return []
         found, _ = self._pull_each(queue, topology, sources, PROBE_SIZE, end, patient=not hand)
@@ -682,20 +665,20 @@ class PubSubBackend:
                 for source in sources
             ]
         )
+        held = self._hand(queue)
         found: list[Delivery] = []
         brought: list[str] = []
         failure: Error | None = None
-        marks = self._empty.setdefault(queue, {})
         for source, result in zip(sources, results, strict=True):
             if isinstance(result, Error):
                 failure = failure or result
             elif result is None:
-                marks[source] = time.monotonic() + EMPTY_RECHECK
+                held.mark_empty(source)
             else:
                 found += result
                 brought.append(source)
         if failure is not None:
-            self._hold(queue, topology, found)
+            held.hold(found)
             raise failure
         return found, brought
 
@@ -750,6 +733,16 @@ class PubSubBackend:
                 foreign.append(item.ack_id)
                 continue
             delivery = decode(source, item, pulled_at)
+            if rule.misrouted(item.message.attributes):
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "shard_mismatch",
+                    queue=queue,
+                    message_id=delivery.message_id,
+                    detail=f"tag {delivery.tag!r} published to shard {rule.shard} of"
+                    f" {rule.shards}: its publisher uses another shard count",
+                )
             for note in delivery.ignored:
                 log_event(
                     log,
@@ -774,7 +767,7 @@ class PubSubBackend:
         ready: list[Delivery] = []
         for delivery in served:
             if delivery.eta is not None and delivery.eta > now:
-                if self._near_limits(topology, delivery, now):
+                if self._hand(queue).near_limits(delivery, now):
                     renew.append(delivery)
                 else:
                     wait_s = min(delivery.eta - now, self.settings.pubsub_max_deferral)
@@ -796,148 +789,9 @@ class PubSubBackend:
             self._book.skipped(deliveries)
         if failure is not None:
             # Another pull of this round failed: keep what came for the next call, then say so.
-            self._hold(queue, topology, ready)
+            self._hand(queue).hold(ready)
             raise failure
         return ready
-
-    def _near_limits(self, topology: QueueTopology, delivery: Delivery, now: float) -> bool:
-        """True when giving the delivery back could dead-letter it or outlive its retention."""
-        if delivery.attempt and delivery.attempt >= topology.max_attempts - ATTEMPTS_RESERVE:
-            return True
-        age = now - delivery.published
-        hidden = self.settings.pubsub_max_deferral + self.settings.pubsub_hold_seconds
-        return age + hidden >= topology.retention - min(RETENTION_RESERVE, topology.retention / 4)
-
-    def _hold(self, queue: str, topology: QueueTopology, deliveries: list[Delivery]) -> None:
-        """Keep deliveries for this process's next lease calls; release what does not fit, and
-        settle those whose time ran out while a lease call had them in hand."""
-        if not deliveries:
-            return
-        hold_for = self._hold_for(topology)
-        full, due = self._book.hold(
-            queue,
-            deliveries,
-            hold_for,
-            self.settings.pubsub_hold_max,
-            time.time(),
-            self.settings.pubsub_hold_bytes,
-        )
-        if len(full) + len(due) < len(deliveries):
-            self._keeper.poke()
-        if full:
-            self._release_held(queue, full)
-        if due:
-            self._settle_held(queue, due)
-
-    def _hold_for(self, topology: QueueTopology) -> float:
-        """Seconds a delivery stays in hand after its pull (or its deadline's last extension)."""
-        return min(self.settings.pubsub_hold_seconds, topology.ack_deadline / 2)
-
-    def _settle_due(self, now: float) -> None:
-        """The keeper's pass over the hands: settle held deliveries whose time is up, each
-        queue's under its hand lock (one busy serving a lease call is settled on a later pass,
-        or by that call itself)."""
-        for queue in self._book.queues_held():
-            lock = self._hand_lock(queue)
-            if not lock.acquire(timeout=SETTLE_WAIT):
-                continue
-            try:
-                self._settle_held(queue, self._book.held_due(now, queue))
-            finally:
-                lock.release()
-
-    def _settle_held(self, queue: str, deliveries: list[Delivery]) -> None:
-        """Held deliveries whose time is up: those of shards this process holds the claim of are
-        kept (their deadline extended) while it still leases by oldest tag, the rest given back.
-
-        A drained shard's tags are served one lease each, which can take longer than the hold;
-        giving its tasks back then would cost each a delivery and hand them to no one else (the
-        claim keeps other processes off the shard). A process that stops leasing by oldest tag
-        gives its hand back within twice the hold time of its last such lease.
-        """
-        topology = self._topologies.get(queue)
-        if topology is None or not deliveries:
-            return
-        now = time.time()
-        hold_for = self._hold_for(topology)
-        served = self._book.last_served(queue)
-        keep: list[Delivery] = []
-        back: list[Delivery] = []
-        if hold_for > 0 and served is not None and now - served <= hold_for and not self._closed:
-            wanted = {
-                topology.shards.index(d.subscription)
-                for d in deliveries
-                if d.subscription in topology.shards
-            }
-            try:
-                claimed = self._claims.keep(queue, topology.claims, wanted)
-            except Error as exc:
-                log.warning("queue %r: could not renew shard tokens (%s)", queue, exc)
-                claimed = set()
-            # Shards drained finding no token at all are served the same way: no other process
-            # could lease what this one holds, and giving it back costs a delivery.
-            shards = {topology.shards[k] for k in claimed} | self._unclaimed.get(queue, set())
-            for delivery in deliveries:
-                if (
-                    delivery.subscription in shards
-                    and self._extendable(topology, delivery, now)
-                    and not self._near_limits(topology, delivery, now)
-                ):
-                    keep.append(delivery)
-                else:
-                    back.append(delivery)
-        else:
-            back = deliveries
-        kept: list[Delivery] = []
-        for source, items in by_subscription(keep).items():
-            seconds = topology.ack_deadlines.get(source, topology.ack_deadline)
-            at = time.time()
-            try:
-                stale = self.rpc.modify(source, [d.ack_id for d in items], seconds, queue=queue)
-            except Error as exc:
-                # Not extended: Pub/Sub delivers them again when their deadline ends.
-                log.warning("queue %r: could not keep held tasks (%s)", queue, exc)
-                continue
-            # The deadline now runs from just before this request, as from a pull.
-            kept += [replace(d, pulled_at=at) for d in items if d.ack_id not in stale]
-        if kept:
-            full, due = self._book.hold(
-                queue,
-                kept,
-                hold_for,
-                self.settings.pubsub_hold_max,
-                time.time(),
-                self.settings.pubsub_hold_bytes,
-            )
-            back += full + due
-            self._keeper.poke()
-        self._release_held(queue, back)
-
-    @staticmethod
-    def _extendable(topology: QueueTopology, delivery: Delivery, now: float) -> bool:
-        """True while a quarter of the delivery's ack deadline is left: a renewal sent later
-        (the process stalled) might land after Pub/Sub gave the task to someone else, which
-        without exactly-once delivery it would not refuse."""
-        deadline = topology.ack_deadlines.get(delivery.subscription, topology.ack_deadline)
-        return now < delivery.pulled_at + deadline * 0.75
-
-    def _release_held(self, queue: str, deliveries: list[Delivery]) -> None:
-        """Give deliveries nobody leased back to Pub/Sub (republished when near a limit)."""
-        topology = self._topologies.get(queue)
-        if topology is None or not deliveries:
-            return
-        now = time.time()
-        renew: list[Delivery] = []
-        back: list[Delivery] = []
-        for delivery in deliveries:
-            (renew if self._near_limits(topology, delivery, now) else back).append(delivery)
-        if renew:
-            back += self._republisher.renew(queue, topology, renew)
-        by_source = by_subscription(back)
-        self._unmark(queue, list(by_source))
-        for source, items in by_source.items():
-            self.rpc.modify(source, [d.ack_id for d in items], 0, queue=queue)
-            self._book.skipped(items)
 
     def _one_per_name(
         self, queue: str, topology: QueueTopology, picked: list[Delivery]
@@ -955,7 +809,7 @@ class PubSubBackend:
         for delivery in picked:
             (repeated if delivery.name in names else unique).append(delivery)
             names.add(delivery.name)
-        self._hold(queue, topology, repeated)
+        self._hand(queue).hold(repeated)
         return unique
 
     def _grant(
@@ -991,7 +845,7 @@ class PubSubBackend:
             for source, ack_ids in by_source.items():
                 stale |= self.rpc.modify(source, ack_ids, seconds, queue=queue)
         except Error:
-            self._hold(queue, topology, picked)
+            self._hand(queue).hold(picked)
             raise
         leases = []
         for delivery in picked:
@@ -1031,7 +885,7 @@ class PubSubBackend:
             try:
                 tombstoned = self.names.tombstoned(queue, [d.name for d in picked])
             except Error:
-                self._hold(queue, self.topology(queue), picked)
+                self._hand(queue).hold(picked)
                 raise
             gone |= {d.message_id for d in picked if d.name in tombstoned}
         if not gone:
@@ -1064,6 +918,16 @@ class PubSubBackend:
         if lease_seconds <= MAX_ACK_DEADLINE:
             return math.ceil(lease_seconds)
         return math.ceil(self.settings.pubsub_lease_window)
+
+    def _settle_due(self, now: float) -> None:
+        """The keeper's pass over the hands: settle held deliveries whose time is up."""
+        for hand in list(self._hands.values()):
+            hand.settle_due(now)
+
+    def _next_release(self) -> float | None:
+        """When the first held delivery of any queue is due to be settled (POSIX seconds)."""
+        times = [hand.next_release() for hand in list(self._hands.values())]
+        return min((t for t in times if t is not None), default=None)
 
     def _renew(self, due: list[Lease]) -> None:
         """The keeper's renewal: extend each due lease by a window, or to its end if sooner."""
@@ -1113,7 +977,7 @@ class PubSubBackend:
                 )
             if lease_seconds == 0:
                 self._book.remove(lease)
-                self._unmark(queue, [source])
+                self._hand(queue).unmark([source])
             lease.expires = now + lease_seconds
             lease.held_until = now + seconds
         task.eta_posix = lease.expires
@@ -1321,6 +1185,7 @@ class PubSubBackend:
         # not share the millisecond the seek cut at.
         time.sleep(max(when + PUBLISH_TIME_RESOLUTION - time.time(), 0.0))
         self._book.drop_queue(queue)
+        self._hand(queue).clear()
         if self.names is not None:
             self.names.purge(queue)
 
@@ -1330,7 +1195,7 @@ class PubSubBackend:
         self.topology(queue)
         now = time.time()
         leased = [le for le in self._book.leases(queue) if not le.lost and le.expires > now]
-        held = self._book.held_count(queue)
+        held = self._hand(queue).count()
         return QueueStats(
             queue=queue,
             tasks=len(leased) + held,
@@ -1356,10 +1221,8 @@ class PubSubBackend:
             return
         self._closed = True
         self._keeper.stop()
-        self._claims.release_all(
-            {q: (t.claims, t.claims_topic) for q, t in self._topologies.items()}
-        )
-        leases, held = self._book.take_everything()
+        leases = self._book.take_everything()
+        held = {queue: hand.close() for queue, hand in self._hands.items()}
         now = time.time()
         try:
             by_source: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -1369,7 +1232,7 @@ class PubSubBackend:
             for (queue, source), ack_ids in by_source.items():
                 self.rpc.modify(source, ack_ids, 0, queue=queue)
             for queue, deliveries in held.items():
-                self._release_held(queue, deliveries)
+                self._hands[queue].give_back(deliveries)
         except Error as exc:
             log.warning(
                 "closing %s: could not give leases back (%s); they return to their queues"
@@ -1378,6 +1241,11 @@ class PubSubBackend:
                 exc,
             )
         finally:
+            # The claims last: a process that wins one drains the shard with the tasks given
+            # back above in it, its tags whole.
+            self._claims.release_all(
+                {q: (t.claims, t.claims_topic) for q, t in self._topologies.items()}
+            )
             self.rpc.close()
             if self._close_names and self.names is not None:
                 self.names.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -63,9 +64,10 @@ class _Token:
 class ShardClaims:
     """The tokens one process holds, per queue, and the pulls that win or give them back."""
 
-    def __init__(self, rpc: PubSubRpc, shards: int) -> None:
+    def __init__(self, rpc: PubSubRpc, shards: Callable[[str], int]) -> None:
         self.rpc = rpc
         self.shards = shards
+        """Queue -> its shard count (one token per shard, numbered from 0)."""
         self._lock = threading.Lock()
         self._held: dict[str, dict[int, _Token]] = {}
         self._seen: dict[str, dict[int, float]] = {}
@@ -98,7 +100,7 @@ class ShardClaims:
                 held = self._held.setdefault(queue, {})
                 for item in batch:
                     attributes = item.message.attributes
-                    number = _shard_number(attributes.get(ATTR_SHARD, ""), self.shards)
+                    number = _shard_number(attributes.get(ATTR_SHARD, ""), self.shards(queue))
                     if number is not None:
                         seen[number] = pulled_at
                     mine = held.get(number) if number is not None else None
@@ -135,7 +137,7 @@ class ShardClaims:
             self.rpc.ack(subscription, duplicates, queue=queue)
         if won:
             return Claim.OWNED
-        missing = [shard] if received else list(range(self.shards))
+        missing = [shard] if received else list(range(self.shards(queue)))
         if all(pulled_at - max(seen.get(k, 0.0), self._started) > MISSING_AFTER for k in missing):
             # Never published (Terraform cannot publish), expired, or lost: publish it again; a
             # duplicate only lets two processes share a shard.
@@ -154,7 +156,11 @@ class ShardClaims:
 
     def _pull(self, queue: str, subscription: str) -> list[Any]:
         return self.rpc.pull(
-            subscription, self.shards, queue=queue, wait=CLAIM_WAIT, budget=self.rpc.timeout
+            subscription,
+            min(self.shards(queue), 1000),
+            queue=queue,
+            wait=CLAIM_WAIT,
+            budget=self.rpc.timeout,
         )
 
     def holding(self, queue: str) -> set[int]:

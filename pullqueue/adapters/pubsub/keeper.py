@@ -23,15 +23,25 @@ Renew = Callable[[list[Lease]], None]
 Settle = Callable[[float], None]
 """Settles the held deliveries whose time is up by the given POSIX time: held again with a new
 deadline, or given back to Pub/Sub."""
+NextRelease = Callable[[], "float | None"]
+"""When the first held delivery is due to be settled (POSIX seconds); None when none is held."""
 
 
 class LeaseKeeper:
     """Renews due leases every `period` seconds and settles held deliveries when due."""
 
-    def __init__(self, book: LeaseBook, renew: Renew, settle: Settle, period: float) -> None:
+    def __init__(
+        self,
+        book: LeaseBook,
+        renew: Renew,
+        settle: Settle,
+        next_release: NextRelease,
+        period: float,
+    ) -> None:
         self._book = book
         self._renew = renew
         self._settle = settle
+        self._next_release = next_release
         self.period = period
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -90,7 +100,7 @@ class LeaseKeeper:
 
     def _sleep(self) -> float:
         wait = self.period
-        release = self._book.next_release()
+        release = self._next_release()
         if release is not None:
             wait = min(wait, max(release - time.time(), 0.0))
         return wait

@@ -27,7 +27,14 @@ CLAIMS_TOPIC_FORMAT = "{prefix}{queue}-claims"
 CLAIMS_SUBSCRIPTION_FORMAT = "{prefix}{queue}-claims"
 
 SHARDS = 16
-"""Shard topics per queue. Wire format: a tag's shard is crc32(UTF-8 tag) mod SHARDS."""
+"""Shard topics of a queue provisioned without a shard count (no LABEL_SHARDS on its topic)."""
+MIN_SHARDS = 1
+MAX_SHARDS = 256
+"""The shard counts a queue may be provisioned with. Wire format: a tag's shard is
+crc32(UTF-8 tag) mod the queue's count, so the count never changes while the queue holds tasks."""
+LABEL_SHARDS = "pullqueue-shards"
+"""Label of the queue topic carrying its shard count in decimal (absent: SHARDS): written by
+the Terraform module and auto_create, read by every publisher and worker when it opens the queue."""
 
 # Message attributes of the wire format (docs/pubsub.md).
 ATTR_TASK_NAME = "task_name"
@@ -73,9 +80,32 @@ def worker_filter(declared_tags: Iterable[str]) -> str:
     return f"NOT attributes:tag OR ({others})"
 
 
-def shard_of(tag: str) -> int:
+def shard_of(tag: str, shards: int = SHARDS) -> int:
     """The shard of a tag: CRC-32 (zlib, ISO-HDLC) of its UTF-8 bytes, modulo the shard count."""
-    return zlib.crc32(tag.encode("utf-8")) % SHARDS
+    return zlib.crc32(tag.encode("utf-8")) % shards
+
+
+def check_shards(value: object, source: str, queue: str | None = None) -> int:
+    """value as a shard count, else a ConfigurationError naming source (where it came from)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not MIN_SHARDS <= value <= MAX_SHARDS
+    ):
+        raise ConfigurationError(
+            f"{source} {value!r} is not a shard count: a whole number from {MIN_SHARDS} to"
+            f" {MAX_SHARDS} (at least the number of worker processes; docs/pubsub.md)",
+            queue=queue,
+        )
+    return value
+
+
+def shards_label(text: str | None, queue: str) -> int:
+    """The shard count a queue topic's LABEL_SHARDS says (SHARDS when it has none)."""
+    if text is None:
+        return SHARDS
+    number = int(text) if text.isascii() and text.isdigit() and len(text) <= 3 else text
+    return check_shards(number, f"topic label {LABEL_SHARDS}", queue)
 
 
 @dataclass(frozen=True)
@@ -86,8 +116,11 @@ class QueueLayout:
     queue: str
     prefix: str = ""
     declared_tags: tuple[str, ...] = ()
+    shards: int = SHARDS
+    """Shard topics of the queue (its topic's LABEL_SHARDS)."""
 
     def __post_init__(self) -> None:
+        check_shards(self.shards, "shard count", self.queue)
         for tag in self.declared_tags:
             if not DECLARED_TAG_RE.match(tag):
                 raise ConfigurationError(
@@ -105,7 +138,7 @@ class QueueLayout:
             (self.topic_id, "topic"),
             (self.worker_subscription_id, "subscription"),
             (self.dead_letter_topic_id, "topic"),
-            *((self.shard_topic_id(k), "topic") for k in range(SHARDS)),
+            *((self.shard_topic_id(k), "topic") for k in range(self.shards)),
             (self.claims_topic_id, "topic"),
             *((self.tag_subscription_id(t), "subscription") for t in self.declared_tags),
         ]:
@@ -144,7 +177,7 @@ class QueueLayout:
         untagged tasks and declared tags (served by their filtered subscriptions)."""
         if tag is None or tag in self.declared_tags:
             return self.topic_id
-        return self.shard_topic_id(shard_of(tag))
+        return self.shard_topic_id(shard_of(tag, self.shards))
 
     @property
     def dead_letter_topic_id(self) -> str:

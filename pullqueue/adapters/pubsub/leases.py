@@ -1,14 +1,15 @@
-"""This process's Pub/Sub leases and held deliveries: who holds what, until when, thread-safe.
+"""This process's Pub/Sub leases: who holds which task until when, and delivery counts, thread-safe.
 
 The Pub/Sub adapter and its lease keeper share this book; it does no I/O, so every decision
-about a lease (is it current, is it due for renewal, may it be served) is made here under one lock.
+about a lease (is it current, is it due for renewal) is made here under one lock. Deliveries
+pulled and not leased yet are the hand's (hand.py).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pullqueue.adapters.pubsub.wire import Delivery
@@ -48,26 +49,17 @@ class Lease:
         return not self.lost and self.expires > self.held_until
 
 
-@dataclass
-class _Held:
-    delivery: Delivery
-    release_at: float
-
-
 class LeaseBook:
-    """Leases by ack id and by task name, held deliveries per queue, and delivery counts."""
+    """Leases by ack id and by task name, names and messages seen or gone, delivery counts."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._leases: dict[str, Lease] = {}
         self._by_name: dict[tuple[str, str], list[str]] = {}
-        self._held: dict[str, OrderedDict[str, _Held]] = {}
-        self._held_bytes: dict[str, int] = {}
         self._deleted: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._messages: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
         self._dropped: OrderedDict[str, None] = OrderedDict()
         self._skipped: OrderedDict[str, int] = OrderedDict()
-        self._served: dict[str, float] = {}
 
     # Leases
 
@@ -198,134 +190,20 @@ class LeaseBook:
                 self._forget(lease)
 
     def drop_queue(self, queue: str) -> list[Lease]:
-        """Forget every lease and held delivery of a queue (after a purge); the leases."""
+        """Forget every lease of a queue (after a purge); the leases."""
         with self._lock:
             dropped = [le for le in self._leases.values() if le.queue == queue]
             for lease in dropped:
                 self._forget(lease)
-            self._held.pop(queue, None)
-            self._held_bytes.pop(queue, None)
-            self._served.pop(queue, None)
             return dropped
 
-    # Held deliveries: pulled for no one yet, served to this process's next lease calls
-
-    def hold(
-        self,
-        queue: str,
-        deliveries: Iterable[Delivery],
-        hold_for: float,
-        limit: int,
-        now: float,
-        limit_bytes: int | None = None,
-    ) -> tuple[list[Delivery], list[Delivery]]:
-        """Keep deliveries until hold_for seconds after their pull, at most `limit` per queue
-        and `limit_bytes` of them (one is kept whatever its size when none is held); the ones
-        that did not fit, and the ones whose time is already up.
-
-        The clock starts at the pull, not here: a delivery held, taken and held again never
-        outstays the ack deadline its pull set.
-        """
-        full: list[Delivery] = []
-        due: list[Delivery] = []
-        with self._lock:
-            held = self._held.setdefault(queue, OrderedDict())
-            size = self._held_bytes.get(queue, 0)
-            for delivery in deliveries:
-                release_at = delivery.pulled_at + hold_for
-                if release_at <= now:
-                    due.append(delivery)
-                elif len(held) < limit and (
-                    limit_bytes is None or not held or size + delivery.size <= limit_bytes
-                ):
-                    held[delivery.ack_id] = _Held(delivery, release_at)
-                    size += delivery.size
-                else:
-                    full.append(delivery)
-            self._held_bytes[queue] = size
-        return full, due
-
-    def serving(self, queue: str, now: float) -> None:
-        """This process starts a lease by oldest tag on the queue (it is serving its hand)."""
-        with self._lock:
-            self._served[queue] = now
-
-    def last_served(self, queue: str) -> float | None:
-        """When this process last started a lease by oldest tag on the queue (POSIX seconds)."""
-        with self._lock:
-            return self._served.get(queue)
-
-    def room(self, queue: str, limit: int) -> int:
-        with self._lock:
-            return max(limit - len(self._held.get(queue, ())), 0)
-
-    def held_bytes(self, queue: str) -> int:
-        """Bytes of the queue's held deliveries (payloads and attributes)."""
-        with self._lock:
-            return self._held_bytes.get(queue, 0)
-
-    def _took(self, queue: str, deliveries: Iterable[Delivery]) -> None:
-        self._held_bytes[queue] = max(
-            self._held_bytes.get(queue, 0) - sum(d.size for d in deliveries), 0
-        )
-
-    def take_held(
-        self, queue: str, wanted: Callable[[Delivery], bool] | None, limit: int
-    ) -> list[Delivery]:
-        """Remove and return up to limit held deliveries of the queue that `wanted` accepts."""
-        with self._lock:
-            held = self._held.get(queue)
-            if not held:
-                return []
-            taken = [h.delivery for h in held.values() if wanted is None or wanted(h.delivery)][
-                :limit
-            ]
-            for delivery in taken:
-                del held[delivery.ack_id]
-            self._took(queue, taken)
-            return taken
-
-    def queues_held(self) -> list[str]:
-        """The queues this process holds deliveries of."""
-        with self._lock:
-            return [queue for queue, held in self._held.items() if held]
-
-    def held_due(self, now: float, queue: str) -> list[Delivery]:
-        """Remove and return the queue's held deliveries whose time is up."""
-        with self._lock:
-            held = self._held.get(queue)
-            if not held:
-                return []
-            expired = [
-                held.pop(ack).delivery for ack, h in list(held.items()) if h.release_at <= now
-            ]
-            self._took(queue, expired)
-            return expired
-
-    def next_release(self) -> float | None:
-        with self._lock:
-            times = [h.release_at for held in self._held.values() for h in held.values()]
-        return min(times, default=None)
-
-    def held_sources(self, queue: str) -> set[str]:
-        """The subscriptions the queue's held deliveries came from."""
-        with self._lock:
-            return {h.delivery.subscription for h in self._held.get(queue, {}).values()}
-
-    def held_count(self, queue: str) -> int:
-        with self._lock:
-            return len(self._held.get(queue, ()))
-
-    def take_everything(self) -> tuple[list[Lease], dict[str, list[Delivery]]]:
-        """Every lease and held delivery, forgotten (the backend is closing)."""
+    def take_everything(self) -> list[Lease]:
+        """Every lease, forgotten (the backend is closing)."""
         with self._lock:
             leases = list(self._leases.values())
-            held = {q: [h.delivery for h in hs.values()] for q, hs in self._held.items()}
             self._leases.clear()
             self._by_name.clear()
-            self._held.clear()
-            self._held_bytes.clear()
-            return leases, held
+            return leases
 
     # Deliveries consumed without a lease (ETA deferrals, releases of held tasks)
 

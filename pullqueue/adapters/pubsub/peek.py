@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pullqueue.adapters.pubsub.backend import PubSubBackend
+from pullqueue.adapters.pubsub.hand import near_limits
 from pullqueue.adapters.pubsub.provision import QueueTopology
 from pullqueue.adapters.pubsub.wire import Delivery, decode
 
@@ -85,7 +86,7 @@ def give_back(
     renew: list[Delivery] = []
     back: list[Delivery] = []
     for delivery in held:
-        near = topology is not None and backend._near_limits(topology, delivery, now)
+        near = topology is not None and near_limits(topology, backend.settings, delivery, now)
         (renew if near else back).append(delivery)
     if renew and topology is not None:
         # Without publish rights they are given back as they are.

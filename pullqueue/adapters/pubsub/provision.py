@@ -8,6 +8,7 @@ the adapter's guarantees rest on both.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,9 +22,11 @@ from pullqueue.adapters.pubsub.layout import (
     LABEL_MAX_BACKOFF,
     LABEL_MAX_DOUBLINGS,
     LABEL_MIN_BACKOFF,
+    LABEL_SHARDS,
     SHARDS,
     QueueLayout,
     shard_of,
+    shards_label,
     tag_filter,
 )
 from pullqueue.adapters.pubsub.rpc import PubSubRpc
@@ -90,14 +93,14 @@ class QueueTopology:
         declared = self.tags.get(tag)
         if declared is not None:
             return [declared]
-        return [self.shards[shard_of(tag)], self.workers]
+        return [self.shards[shard_of(tag, len(self.shards))], self.workers]
 
     def topic_for(self, tag: str | None) -> str:
         """The topic a task is published to: its tag's shard topic, or the queue topic for
         untagged tasks and declared tags."""
         if tag is None or tag in self.tags:
             return self.topic
-        return self.shard_topics[shard_of(tag)]
+        return self.shard_topics[shard_of(tag, len(self.shard_topics))]
 
 
 def _seconds(duration: Any) -> float:
@@ -150,15 +153,17 @@ class Provisioner:
         self.auto_create = auto_create
 
     def open(self, layout: QueueLayout) -> QueueTopology:
-        """The queue's topology, after checking (and with auto_create creating) its resources."""
+        """The queue's topology, after checking (and with auto_create creating) its resources;
+        its shard count is the one the queue topic's label says."""
+        layout = self._sharded(layout)
         queue = layout.queue
         topic = self.rpc.topic_path(layout.topic_id)
         dead_letter_topic = self.rpc.topic_path(layout.dead_letter_topic_id)
-        shard_topics = [self.rpc.topic_path(layout.shard_topic_id(k)) for k in range(SHARDS)]
+        shard_topics = [self.rpc.topic_path(layout.shard_topic_id(k)) for k in range(layout.shards)]
         claims_topic = self.rpc.topic_path(layout.claims_topic_id)
         claims = self.rpc.subscription_path(layout.claims_subscription_id)
         if self.auto_create:
-            for path in [topic, dead_letter_topic, claims_topic, *shard_topics]:
+            for path in [dead_letter_topic, claims_topic, *shard_topics]:
                 self._ensure_topic(path, queue)
             self._ensure_subscription(
                 self.rpc.subscription_path(layout.dead_letter_subscription_id),
@@ -178,11 +183,12 @@ class Provisioner:
             tags[tag] = path
             rules[path] = SubscriptionRule(tag=tag, declared=declared)
         shards = [
-            self.rpc.subscription_path(layout.shard_subscription_id(k)) for k in range(SHARDS)
+            self.rpc.subscription_path(layout.shard_subscription_id(k))
+            for k in range(layout.shards)
         ]
-        for path, shard_topic in zip(shards, shard_topics, strict=True):
+        for k, (path, shard_topic) in enumerate(zip(shards, shard_topics, strict=True)):
             wanted[path] = (shard_topic, "")
-            rules[path] = SubscriptionRule(tag=None)
+            rules[path] = SubscriptionRule(tag=None, shard=k, shards=layout.shards)
         deadlines: dict[str, int] = {}
         retry: RetryParameters | None = None
         attempts: list[int] = []
@@ -221,7 +227,7 @@ class Provisioner:
                 retry = retry_parameters(found)
             attempts.append(int(found.dead_letter_policy.max_delivery_attempts))
             retentions.append(_seconds(found.message_retention_duration))
-        self._open_claims(claims, claims_topic, queue)
+        self._open_claims(claims, claims_topic, queue, layout.shards)
         return QueueTopology(
             layout=layout,
             topic=topic,
@@ -241,7 +247,72 @@ class Provisioner:
             retry=retry,
         )
 
-    def _open_claims(self, claims: str, claims_topic: str, queue: str) -> None:
+    def _sharded(self, layout: QueueLayout) -> QueueLayout:
+        """The layout with the queue's shard count: its topic's LABEL_SHARDS (SHARDS without
+        one), which PULLQUEUE_PUBSUB_SHARDS, when set, must equal; auto_create creates the
+        topic with that setting's count."""
+        queue = layout.queue
+        topic = self.rpc.topic_path(layout.topic_id)
+        wanted = self.settings.pubsub_shards
+        found = self._topic(topic, queue)
+        if found is None and self.auto_create:
+            self._create_topic(topic, {LABEL_SHARDS: str(wanted or SHARDS)}, queue)
+            found = self._topic(topic, queue)
+        if found is None:
+            raise NotProvisionedError(
+                f"Pub/Sub topic {topic} does not exist: {PROVISION_HINT}", queue=queue
+            )
+        if found is False:
+            count = wanted or SHARDS
+            log.warning(
+                "cannot read Pub/Sub topic %s (no pubsub.topics.get): assuming %d shards"
+                " (PULLQUEUE_PUBSUB_SHARDS); grant roles/pubsub.viewer on the topic to read its"
+                " %s label",
+                topic,
+                count,
+                LABEL_SHARDS,
+            )
+        else:
+            text = found.labels.get(LABEL_SHARDS)
+            count = shards_label(text, queue)
+            if wanted is not None and wanted != count:
+                said = f"label {LABEL_SHARDS}={text}" if text is not None else "no shard label"
+                raise ConfigurationError(
+                    f"PULLQUEUE_PUBSUB_SHARDS={wanted} but the queue was provisioned with"
+                    f" {count} shards (topic {topic}, {said}); a task's shard is crc32(tag) mod"
+                    " the count, so publishers and workers must agree: unset"
+                    f" PULLQUEUE_PUBSUB_SHARDS or set it to {count}. Changing a queue's shard"
+                    " count is a migration (docs/pubsub.md, 'Shard count')",
+                    queue=queue,
+                )
+        return dataclasses.replace(layout, shards=count)
+
+    def _topic(self, path: str, queue: str) -> Any:
+        """The topic, None when missing, False when we may not read it."""
+
+        def get(timeout: float) -> Any:
+            try:
+                return self.rpc.publisher.get_topic(
+                    request={"topic": path}, retry=None, timeout=timeout
+                )
+            except gexc.NotFound:
+                return None
+
+        try:
+            return self.rpc.call(get, queue=queue, resource=path)
+        except PermissionDeniedError:
+            return False
+
+    def _create_topic(self, path: str, labels: dict[str, str], queue: str) -> None:
+        def create(timeout: float) -> None:
+            with contextlib.suppress(gexc.AlreadyExists):
+                self.rpc.publisher.create_topic(
+                    request={"name": path, "labels": labels}, retry=None, timeout=timeout
+                )
+
+        self.rpc.call(create, queue=queue, resource=path)
+
+    def _open_claims(self, claims: str, claims_topic: str, queue: str, shards: int) -> None:
         """Check the claims subscription; auto_create creates it with one token per shard."""
         found = self._subscription(claims, queue)
         if found is None and self.auto_create:
@@ -260,7 +331,7 @@ class Provisioner:
             if created:
                 self.rpc.publish(
                     claims_topic,
-                    [PubsubMessagePb(attributes={ATTR_SHARD: str(k)}) for k in range(SHARDS)],
+                    [PubsubMessagePb(attributes={ATTR_SHARD: str(k)}) for k in range(shards)],
                     queue=queue,
                 )
             return

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from google.pubsub_v1.types import pubsub as pubsub_types
 
 from pullqueue import limits
-from pullqueue.adapters.pubsub.layout import ATTR_ETA, ATTR_TAG, ATTR_TASK_NAME
+from pullqueue.adapters.pubsub.layout import ATTR_ETA, ATTR_TAG, ATTR_TASK_NAME, SHARDS, shard_of
 from pullqueue.task import Task
 
 ATTR_RETRY_LIMIT = "retry_limit"
@@ -106,6 +106,18 @@ class SubscriptionRule:
     """The declared tag of a tag subscription; None for the worker subscription."""
     declared: Collection[str] = ()
     """Every declared tag of the queue (excluded from the worker subscription)."""
+    shard: int | None = None
+    """The shard number of a shard subscription (None for the others)."""
+    shards: int = SHARDS
+    """The queue's shard count (its topic's pullqueue-shards label)."""
+
+    def misrouted(self, attributes: Mapping[str, str]) -> bool:
+        """True for a message on a shard subscription whose tag belongs to another shard: its
+        publisher used another shard count (the task is served; its tag's batching suffers)."""
+        tag = attributes.get(ATTR_TAG)
+        if self.shard is None or tag is None:
+            return False
+        return shard_of(tag, self.shards) != self.shard
 
     def serves(self, attributes: Mapping[str, str]) -> bool:
         tag = attributes.get(ATTR_TAG)

@@ -12,6 +12,26 @@ resource "google_pubsub_topic_iam_member" "publisher" {
   member  = "serviceAccount:${var.publisher_service_account}"
 }
 
+# Publishers and workers read the queue topic's pullqueue-shards label (the queue's shard
+# count) when they open the queue: roles/pubsub.viewer on that topic alone.
+resource "google_pubsub_topic_iam_member" "publisher_shard_count" {
+  for_each = local.layout
+
+  project = var.project_id
+  topic   = google_pubsub_topic.queue[each.key].name
+  role    = "roles/pubsub.viewer"
+  member  = "serviceAccount:${var.publisher_service_account}"
+}
+
+resource "google_pubsub_topic_iam_member" "worker_shard_count" {
+  for_each = local.layout
+
+  project = var.project_id
+  topic   = google_pubsub_topic.queue[each.key].name
+  role    = "roles/pubsub.viewer"
+  member  = "serviceAccount:${var.worker_service_account}"
+}
+
 resource "google_pubsub_topic_iam_member" "shard_publisher" {
   for_each = local.shard_topics
 

@@ -6,23 +6,26 @@
 # run it alone.
 
 locals {
-  # Shard topics per queue (SHARDS): a task of an undeclared tag is published to shard
-  # crc32(UTF-8 tag) mod 16. Wire format: never change it for a queue that holds tasks.
-  shards = 16
+  # Shard topics per queue (var.queues[*].shards, default SHARDS = 16): a task of an undeclared
+  # tag is published to shard crc32(UTF-8 tag) mod shards. Wire format: the queue topic carries
+  # the count in its pullqueue-shards label (LABEL_SHARDS); never change it for a queue that
+  # holds tasks.
+  shards = { for name, queue in var.queues : name => queue.shards }
 
   # Declared tags, distinct and sorted: worker_filter() in Python sorts them the same way.
   declared_tags = { for name, queue in var.queues : name => sort(distinct(queue.declared_tags)) }
 
   layout = {
     for name, tags in local.declared_tags : name => {
-      topic_id                    = format("%s%s", var.prefix, name)                                              # TOPIC_FORMAT
-      worker_subscription_id      = format("%s%s-workers", var.prefix, name)                                      # WORKER_SUBSCRIPTION_FORMAT
-      dead_letter_topic_id        = format("%s%s-dead-letter", var.prefix, name)                                  # DEAD_LETTER_TOPIC_FORMAT
-      dead_letter_subscription_id = format("%s%s-dead-letter", var.prefix, name)                                  # DEAD_LETTER_SUBSCRIPTION_FORMAT
-      shard_topic_ids             = [for k in range(local.shards) : format("%s%s-shard-%d", var.prefix, name, k)] # SHARD_TOPIC_FORMAT
-      shard_subscription_ids      = [for k in range(local.shards) : format("%s%s-shard-%d", var.prefix, name, k)] # SHARD_SUBSCRIPTION_FORMAT
-      claims_topic_id             = format("%s%s-claims", var.prefix, name)                                       # CLAIMS_TOPIC_FORMAT
-      claims_subscription_id      = format("%s%s-claims", var.prefix, name)                                       # CLAIMS_SUBSCRIPTION_FORMAT
+      topic_id                    = format("%s%s", var.prefix, name)             # TOPIC_FORMAT
+      worker_subscription_id      = format("%s%s-workers", var.prefix, name)     # WORKER_SUBSCRIPTION_FORMAT
+      dead_letter_topic_id        = format("%s%s-dead-letter", var.prefix, name) # DEAD_LETTER_TOPIC_FORMAT
+      dead_letter_subscription_id = format("%s%s-dead-letter", var.prefix, name) # DEAD_LETTER_SUBSCRIPTION_FORMAT
+      shards                      = local.shards[name]
+      shard_topic_ids             = [for k in range(local.shards[name]) : format("%s%s-shard-%d", var.prefix, name, k)] # SHARD_TOPIC_FORMAT
+      shard_subscription_ids      = [for k in range(local.shards[name]) : format("%s%s-shard-%d", var.prefix, name, k)] # SHARD_SUBSCRIPTION_FORMAT
+      claims_topic_id             = format("%s%s-claims", var.prefix, name)                                             # CLAIMS_TOPIC_FORMAT
+      claims_subscription_id      = format("%s%s-claims", var.prefix, name)                                             # CLAIMS_SUBSCRIPTION_FORMAT
       tag_subscription_ids = {
         for tag in tags : tag => format("%s%s-tag-%s", var.prefix, name, tag) # TAG_SUBSCRIPTION_FORMAT
       }

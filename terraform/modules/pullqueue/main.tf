@@ -22,12 +22,14 @@ locals {
   }
 }
 
+# The queue topic carries the queue's shard count (LABEL_SHARDS): every publisher and worker reads
+# it when it opens the queue, so none needs to be told.
 resource "google_pubsub_topic" "queue" {
   for_each = local.layout
 
   project      = var.project_id
   name         = each.value.topic_id
-  labels       = local.queue_labels[each.key]
+  labels       = merge(local.queue_labels[each.key], { "pullqueue-shards" = tostring(each.value.shards) })
   kms_key_name = var.kms_key_name
 
   depends_on = [google_kms_crypto_key_iam_member.pubsub_service_agent, terraform_data.layout_checks]

@@ -34,9 +34,10 @@ variable "prefix" {
 }
 
 variable "queues" {
-  description = "The pull queues, keyed by legacy queue name. declared_tags get their own filtered subscription (PULLQUEUE_PUBSUB_DECLARED_TAGS); the other attributes tune the subscriptions workers pull from."
+  description = "The pull queues, keyed by legacy queue name. declared_tags get their own filtered subscription (PULLQUEUE_PUBSUB_DECLARED_TAGS); shards is the number of shard topics (label pullqueue-shards on the queue topic, which every worker reads); the other attributes tune the subscriptions workers pull from."
   type = map(object({
     declared_tags              = optional(list(string), [])
+    shards                     = optional(number, 16)
     max_delivery_attempts      = optional(number, 100)
     ack_deadline_seconds       = optional(number, 60)
     message_retention_duration = optional(string, "2678400s")
@@ -78,6 +79,14 @@ variable "queues" {
       queue.max_delivery_attempts >= 5 && queue.max_delivery_attempts <= 100 && floor(queue.max_delivery_attempts) == queue.max_delivery_attempts
     ])
     error_message = "max_delivery_attempts must be a whole number from 5 to 100 (Pub/Sub's dead-letter limits); the legacy task_retry_limit counted leases the same way."
+  }
+
+  validation {
+    condition = alltrue([
+      for queue in values(var.queues) :
+      queue.shards >= 1 && queue.shards <= 256 && floor(queue.shards) == queue.shards
+    ])
+    error_message = "shards must be a whole number from 1 to 256 (at least the number of worker processes leasing by tag at once). It is wire format: a task's shard is crc32(tag) mod shards, so never change it for a queue that holds tasks (docs/pubsub.md, 'Shard count')."
   }
 
   validation {

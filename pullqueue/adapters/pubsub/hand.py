@@ -1,0 +1,531 @@
+"""The hand: the deliveries one process pulled of one queue and has not leased yet, and its rules.
+
+One Hand per queue owns what is held (count and bytes), the lock that lets one lease call at a
+time serve it, and the rules for holding, serving whole shards first, keeping a claimed shard's
+tasks while it is served and giving tasks back, so its thread safety can be checked here alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+
+from pullqueue.adapters.pubsub.claims import Claim, ShardClaims
+from pullqueue.adapters.pubsub.leases import LeaseBook
+from pullqueue.adapters.pubsub.provision import QueueTopology
+from pullqueue.adapters.pubsub.republish import Republisher
+from pullqueue.adapters.pubsub.rpc import PubSubRpc
+from pullqueue.adapters.pubsub.wire import Delivery, by_subscription
+from pullqueue.config import Settings
+from pullqueue.errors import DeadlineExceededError, Error
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS_RESERVE = 2
+"""A task pullqueue gives back unleased this close to the dead-letter limit is republished."""
+RETENTION_RESERVE = 24 * 3600.0
+"""... and so is one this close (seconds) to the end of the subscription's retention."""
+EMPTY_RECHECK = 0.5
+"""Seconds a subscription found empty is left out of probes."""
+CLAIMED_RECHECK = 5.0
+"""Seconds a shard another process holds the claim of is left out of probes."""
+CLAIM_SETTLE = 2.0
+"""Seconds after winning a shard's claim in which this process pulls the shard again even when
+it drained it to empty: other processes give back the heads of it they probed meanwhile."""
+SETTLE_WAIT = 1.0
+"""Seconds the keeper waits for a lease call serving the hand before it settles the hand later."""
+
+Wanted = Callable[[Delivery], bool]
+
+
+@dataclass
+class _Held:
+    delivery: Delivery
+    release_at: float
+
+
+class Hand:
+    """What this process holds of one queue, and the rules for holding and giving it back.
+
+    Two locks, never held together the other way round:
+    - the serve lock (reentrant) is taken for a whole lease call and for the keeper's settling,
+      so one thread at a time takes from the hand, pulls into it, claims shards for it and
+      settles it: a lease from any thread sees every task the process holds;
+    - the state lock guards the fields (held deliveries, bytes, marks) for a few lines, never
+      across a call to Pub/Sub, since pulls running side by side for the serving thread (in the
+      RPC pool's threads) hold deliveries too.
+    """
+
+    def __init__(
+        self,
+        queue: str,
+        topology: QueueTopology,
+        *,
+        settings: Settings,
+        rpc: PubSubRpc,
+        book: LeaseBook,
+        claims: ShardClaims,
+        republisher: Republisher,
+        poke: Callable[[], None],
+    ) -> None:
+        self.queue = queue
+        self.topology = topology
+        self.settings = settings
+        self.rpc = rpc
+        self._book = book
+        self._claims = claims
+        self._republisher = republisher
+        self._poke = poke
+        self._serve_lock = threading.RLock()
+        self._lock = threading.Lock()
+        self._held: OrderedDict[str, _Held] = OrderedDict()
+        self._bytes = 0
+        self._served: float | None = None
+        """When this process last started a lease by oldest tag (POSIX seconds)."""
+        self._marks: dict[str, float] = {}
+        """Subscription -> until when (monotonic) probes leave it out: found empty, or claimed."""
+        self._emptied: set[str] = set()
+        """Subscriptions drained to empty into the hand and given nothing back since."""
+        self._unclaimed: set[str] = set()
+        """Shard subscriptions drained finding no token at all."""
+        self._nothing: dict[bool, float] = {}
+        """Whether a look saw every task (a lease without tag: shards claimed elsewhere too) ->
+        when (monotonic) the last such look that found nothing began; cleared once something
+        was held or given back since."""
+        self._won: dict[str, float] = {}
+        """Shard subscription -> when (monotonic) this process won its claim."""
+        self._claimed: dict[str, float] = {}
+        """Shard subscription -> until when (monotonic) another process is taken to hold its
+        claim and serve its tasks: this process gave it that shard's tasks back."""
+        self._whole: dict[str, tuple[int, int]] = {}
+        """Subscription -> most tasks and bytes the hand held of it after a drain to empty: what
+        room a drain of a subscription is expected to need."""
+        self._closed = False
+
+    # Serving: one lease call at a time
+
+    @contextlib.contextmanager
+    def serving(self, end: float) -> Iterator[None]:
+        """Serve the hand in this thread alone until the block ends: a lease waits for another
+        thread's (up to its deadline, `end` on the monotonic clock) rather than answer from
+        half a hand."""
+        if not self._serve_lock.acquire(timeout=max(end - time.monotonic(), 0.0)):
+            raise DeadlineExceededError(
+                "another thread of this process was serving the queue's held tasks for the"
+                " whole deadline; back off and retry",
+                queue=self.queue,
+            )
+        try:
+            yield
+        finally:
+            self._serve_lock.release()
+
+    @contextlib.contextmanager
+    def serving_by(self, until: float) -> Iterator[bool]:
+        """As serving(), but yields False instead of raising when the hand is not free by
+        `until` (monotonic): the block must then not touch the hand."""
+        if not self._serve_lock.acquire(timeout=max(until - time.monotonic(), 0.0)):
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self._serve_lock.release()
+
+    def serving_oldest(self, now: float) -> None:
+        """A lease by oldest tag starts: the hand's claimed shards are kept while it is served."""
+        with self._lock:
+            self._served = now
+
+    def found_nothing(self, began: float, *, every_task: bool) -> None:
+        """A lease's look begun at `began` (monotonic) found nothing this process may lease;
+        `every_task` when it looked at shards claimed elsewhere too (a lease without tag)."""
+        with self._lock:
+            self._nothing[every_task] = began
+
+    def found_nothing_since(self, began: float, *, every_task: bool) -> bool:
+        """True when a look begun after `began` found nothing, with nothing held or given
+        back since; with `every_task`, only a look at every task counts."""
+        with self._lock:
+            kinds = (True,) if every_task else (True, False)
+            return any(self._nothing.get(kind, -math.inf) >= began for kind in kinds)
+
+    # Holding and taking
+
+    def hold(self, deliveries: list[Delivery]) -> None:
+        """Keep deliveries for this process's next lease calls; give back what does not fit,
+        and settle those whose time ran out while a lease call had them in hand."""
+        if not deliveries:
+            return
+        full, due = self._put(deliveries, time.time())
+        if len(full) + len(due) < len(deliveries):
+            self._poke()
+        if full:
+            self.give_back(full)
+        if due:
+            self.settle(due)
+
+    def _put(
+        self, deliveries: Iterable[Delivery], now: float
+    ) -> tuple[list[Delivery], list[Delivery]]:
+        """Keep deliveries until the hold time after their pull, at most PULLQUEUE_PUBSUB_HOLD_MAX
+        and PULLQUEUE_PUBSUB_HOLD_BYTES of them (one is kept whatever its size when none is held);
+        the ones that did not fit, and the ones whose time is already up.
+
+        The clock starts at the pull, not here: a delivery held, taken and held again never
+        outstays the ack deadline its pull set.
+        """
+        hold_for = self.hold_for()
+        limit = self.settings.pubsub_hold_max
+        limit_bytes = self.settings.pubsub_hold_bytes
+        full: list[Delivery] = []
+        due: list[Delivery] = []
+        with self._lock:
+            self._nothing.clear()
+            for delivery in deliveries:
+                release_at = delivery.pulled_at + hold_for
+                if release_at <= now:
+                    due.append(delivery)
+                elif len(self._held) < limit and (
+                    not self._held or self._bytes + delivery.size <= limit_bytes
+                ):
+                    self._held[delivery.ack_id] = _Held(delivery, release_at)
+                    self._bytes += delivery.size
+                else:
+                    full.append(delivery)
+        return full, due
+
+    def take(self, wanted: Wanted | None, limit: int) -> list[Delivery]:
+        """Remove and return up to limit held deliveries that `wanted` accepts (all: None)."""
+        with self._lock:
+            taken = [
+                h.delivery for h in self._held.values() if wanted is None or wanted(h.delivery)
+            ][: max(limit, 0)]
+            for delivery in taken:
+                del self._held[delivery.ack_id]
+            self._took(taken)
+            return taken
+
+    def _took(self, deliveries: Iterable[Delivery]) -> None:
+        self._bytes = max(self._bytes - sum(d.size for d in deliveries), 0)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    def held_bytes(self) -> int:
+        """Bytes of the held deliveries (payloads and attributes)."""
+        with self._lock:
+            return self._bytes
+
+    def room(self) -> int:
+        """Deliveries the hand has room for."""
+        with self._lock:
+            return max(self.settings.pubsub_hold_max - len(self._held), 0)
+
+    def room_bytes(self, taken: int = 0) -> int:
+        """Bytes the hand has room for, with `taken` bytes of it out in a lease call."""
+        with self._lock:
+            return self.settings.pubsub_hold_bytes - self._bytes - taken
+
+    def sources(self) -> set[str]:
+        """The subscriptions the held deliveries came from."""
+        with self._lock:
+            return {h.delivery.subscription for h in self._held.values()}
+
+    def next_release(self) -> float | None:
+        """When the first held delivery's time is up (POSIX seconds); None when none is held."""
+        with self._lock:
+            return min((h.release_at for h in self._held.values()), default=None)
+
+    def hold_for(self) -> float:
+        """Seconds a delivery stays in hand after its pull (or its deadline's last extension)."""
+        return min(self.settings.pubsub_hold_seconds, self.topology.ack_deadline / 2)
+
+    # Marks: what probes leave out, and what a drain can skip
+
+    def marked(self, source: str, now: float) -> bool:
+        """True while the subscription is left out of probes (found empty or claimed)."""
+        with self._lock:
+            return self._marks.get(source, 0.0) > now
+
+    def mark_empty(self, source: str) -> None:
+        with self._lock:
+            self._marks[source] = time.monotonic() + EMPTY_RECHECK
+
+    def unmark(self, sources: Iterable[str]) -> None:
+        """This process gave tasks back to these subscriptions: they are not empty now."""
+        with self._lock:
+            self._nothing.clear()
+            for source in sources:
+                self._marks.pop(source, None)
+                self._emptied.discard(source)
+
+    def probed(self, sources: Iterable[str]) -> None:
+        """A probe brought tasks of these subscriptions: they are not drained to empty."""
+        with self._lock:
+            self._emptied.difference_update(sources)
+
+    def emptied(self, source: str) -> bool:
+        """True when the subscription was drained to empty and given nothing back since."""
+        with self._lock:
+            return source in self._emptied
+
+    def drained(self, source: str, whole: bool, hand: list[Delivery]) -> None:
+        """A drain of `source` ended, `whole` when it found the subscription empty: remember
+        the room that took (the most tasks and bytes of it in `hand`)."""
+        with self._lock:
+            if not whole:
+                self._emptied.discard(source)
+                return
+            self._emptied.add(source)
+            mine = [d for d in hand if d.subscription == source]
+            count, size = self._whole.get(source, (0, 0))
+            self._whole[source] = (max(count, len(mine)), max(size, sum(d.size for d in mine)))
+
+    def no_room_for(self, source: str, hand: list[Delivery], partial: set[str]) -> bool:
+        """True when the hand lacks the room a drain of `source` is expected to need (the most
+        any subscription of the queue filled it with when drained to empty) while it holds
+        tasks of other subscriptions it may serve instead: what is whole is served first."""
+        with self._lock:
+            sizes = list(self._whole.values())
+        if not sizes or not any(
+            d.subscription != source and d.subscription not in partial for d in hand
+        ):
+            return False
+        count = max(c for c, _ in sizes)
+        size = max(b for _, b in sizes)
+        mine = [d for d in hand if d.subscription == source]
+        room = self.settings.pubsub_hold_max - len(hand)
+        room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
+        return count - len(mine) > room or size - sum(d.size for d in mine) > room_bytes
+
+    # Shard claims
+
+    def may_drain(self, source: str) -> bool:
+        """False for a shard whose token another process holds (it is draining that shard)."""
+        topology = self.topology
+        if source not in topology.shards:
+            return True
+        shard = topology.shards.index(source)
+        had = shard in self._claims.holding(self.queue)
+        outcome = self._claims.claim(self.queue, topology.claims, topology.claims_topic, shard)
+        with self._lock:
+            if outcome is Claim.OWNED and not had:
+                self._won[source] = time.monotonic()
+            if outcome is Claim.NO_TOKENS:
+                self._unclaimed.add(source)
+            if outcome is not Claim.TAKEN:
+                self._claimed.pop(source, None)
+        return outcome is not Claim.TAKEN
+
+    def settling(self, source: str, now: float | None = None) -> bool:
+        """True within CLAIM_SETTLE seconds of winning the shard's claim."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            won = self._won.get(source)
+            return won is not None and now < won + CLAIM_SETTLE
+
+    def ask_claims_again(self) -> None:
+        """Ask again for the claims of the shards given back to other processes: one whose
+        claim this process wins now (its holder served it, or stopped) is probed again at once."""
+        now = time.monotonic()
+        with self._lock:
+            sources = sorted(s for s, until in self._claimed.items() if until > now)
+        for source in sources:
+            if self.may_drain(source):
+                with self._lock:
+                    self._marks.pop(source, None)
+
+    def claimed_elsewhere(self) -> bool:
+        """True while another live process is taken to serve tasks this process found (it
+        gave them back to that process's claimed shard within CLAIMED_RECHECK seconds)."""
+        now = time.monotonic()
+        with self._lock:
+            return any(until > now for until in self._claimed.values())
+
+    def unclaimed(self, source: str) -> bool:
+        """True for a shard this process drained finding no token at all."""
+        with self._lock:
+            return source in self._unclaimed
+
+    def release_claims(self) -> None:
+        """Give back the tokens of shards the hand holds no task of any more (and forget the
+        shards drained unclaimed once it holds none of their tasks)."""
+        topology = self.topology
+        holding = self._claims.holding(self.queue)
+        in_hand = self.sources()
+        with self._lock:
+            if not self._unclaimed and not holding:
+                return
+            self._unclaimed &= in_hand
+        done = {k for k in holding if topology.shards[k] not in in_hand}
+        renew_before = time.time() - topology.retention / 2
+        try:
+            self._claims.release(
+                self.queue, topology.claims, topology.claims_topic, done, renew_before
+            )
+        except Error as exc:
+            # Tokens not given back come back by themselves when their ack deadline ends.
+            log.warning("queue %r: could not give shard tokens back (%s)", self.queue, exc)
+
+    def give_to_claimants(self, hand: list[Delivery], taken: set[str]) -> list[Delivery]:
+        """Give back the tasks of shards another process is draining (it will serve them with
+        the rest of their tags), leave those shards out of probes for a while; the rest."""
+        self.give_back([d for d in hand if d.subscription in taken])
+        with self._lock:
+            for source in taken:
+                self._marks[source] = self._claimed[source] = time.monotonic() + CLAIMED_RECHECK
+        return [d for d in hand if d.subscription not in taken]
+
+    # Settling and giving back
+
+    def settle_due(self, now: float) -> None:
+        """The keeper's pass: settle held deliveries whose time is up, under the serve lock
+        (a hand busy serving a lease call is settled on a later pass, or by that call)."""
+        if not self.count() or not self._serve_lock.acquire(timeout=SETTLE_WAIT):
+            return
+        try:
+            self.settle(self._due(now))
+        finally:
+            self._serve_lock.release()
+
+    def _due(self, now: float) -> list[Delivery]:
+        """Remove and return the held deliveries whose time is up by `now` (POSIX seconds)."""
+        with self._lock:
+            due = [
+                self._held.pop(ack).delivery
+                for ack, h in list(self._held.items())
+                if h.release_at <= now
+            ]
+            self._took(due)
+            return due
+
+    def settle(self, deliveries: list[Delivery]) -> None:
+        """Held deliveries whose time is up: those of shards this process holds the claim of are
+        kept (their deadline extended) while it still leases by oldest tag, the rest given back.
+
+        A drained shard's tags are served one lease each, which can take longer than the hold;
+        giving its tasks back then would cost each a delivery and hand them to no one else (the
+        claim keeps other processes off the shard). A process that stops leasing by oldest tag
+        gives its hand back within twice the hold time of its last such lease.
+        """
+        if not deliveries:
+            return
+        topology = self.topology
+        now = time.time()
+        hold_for = self.hold_for()
+        with self._lock:
+            served = self._served
+            closed = self._closed
+        keep: list[Delivery] = []
+        back: list[Delivery] = []
+        if hold_for > 0 and served is not None and now - served <= hold_for and not closed:
+            wanted = {
+                topology.shards.index(d.subscription)
+                for d in deliveries
+                if d.subscription in topology.shards
+            }
+            try:
+                claimed = self._claims.keep(self.queue, topology.claims, wanted)
+            except Error as exc:
+                log.warning("queue %r: could not renew shard tokens (%s)", self.queue, exc)
+                claimed = set()
+            # Shards drained finding no token at all are served the same way: no other process
+            # could lease what this one holds, and giving it back costs a delivery.
+            with self._lock:
+                shards = {topology.shards[k] for k in claimed} | self._unclaimed
+            for delivery in deliveries:
+                if (
+                    delivery.subscription in shards
+                    and self.extendable(delivery, now)
+                    and not self.near_limits(delivery, now)
+                ):
+                    keep.append(delivery)
+                else:
+                    back.append(delivery)
+        else:
+            back = deliveries
+        kept: list[Delivery] = []
+        for source, items in by_subscription(keep).items():
+            seconds = topology.ack_deadlines.get(source, topology.ack_deadline)
+            at = time.time()
+            try:
+                stale = self.rpc.modify(
+                    source, [d.ack_id for d in items], seconds, queue=self.queue
+                )
+            except Error as exc:
+                # Not extended: Pub/Sub delivers them again when their deadline ends.
+                log.warning("queue %r: could not keep held tasks (%s)", self.queue, exc)
+                continue
+            # The deadline now runs from just before this request, as from a pull.
+            kept += [replace(d, pulled_at=at) for d in items if d.ack_id not in stale]
+        if kept:
+            full, due = self._put(kept, time.time())
+            back += full + due
+            self._poke()
+        self.give_back(back)
+
+    def extendable(self, delivery: Delivery, now: float) -> bool:
+        """True while a quarter of the delivery's ack deadline is left: a renewal sent later
+        (the process stalled) might land after Pub/Sub gave the task to someone else, which
+        without exactly-once delivery it would not refuse."""
+        topology = self.topology
+        deadline = topology.ack_deadlines.get(delivery.subscription, topology.ack_deadline)
+        return now < delivery.pulled_at + deadline * 0.75
+
+    def near_limits(self, delivery: Delivery, now: float) -> bool:
+        """True when giving the delivery back could dead-letter it or outlive its retention."""
+        return near_limits(self.topology, self.settings, delivery, now)
+
+    def give_back(self, deliveries: list[Delivery]) -> None:
+        """Give deliveries nobody leased back to Pub/Sub (republished when near a limit)."""
+        if not deliveries:
+            return
+        now = time.time()
+        renew: list[Delivery] = []
+        back: list[Delivery] = []
+        for delivery in deliveries:
+            (renew if self.near_limits(delivery, now) else back).append(delivery)
+        if renew:
+            back += self._republisher.renew(self.queue, self.topology, renew)
+        by_source = by_subscription(back)
+        self.unmark(by_source)
+        for source, items in by_source.items():
+            self.rpc.modify(source, [d.ack_id for d in items], 0, queue=self.queue)
+            self._book.skipped(items)
+
+    # The hand's end
+
+    def clear(self) -> None:
+        """Forget every held delivery (the queue was purged: they are gone)."""
+        with self._lock:
+            self._held.clear()
+            self._bytes = 0
+            self._served = None
+
+    def close(self) -> list[Delivery]:
+        """Stop keeping anything past its hold; the held deliveries, forgotten (to give back)."""
+        with self._lock:
+            self._closed = True
+            held = [h.delivery for h in self._held.values()]
+            self._held.clear()
+            self._bytes = 0
+            return held
+
+
+def near_limits(
+    topology: QueueTopology, settings: Settings, delivery: Delivery, now: float
+) -> bool:
+    """True when giving the delivery back could dead-letter it or outlive its retention."""
+    if delivery.attempt and delivery.attempt >= topology.max_attempts - ATTEMPTS_RESERVE:
+        return True
+    age = now - delivery.published
+    hidden = settings.pubsub_max_deferral + settings.pubsub_hold_seconds
+    return age + hidden >= topology.retention - min(RETENTION_RESERVE, topology.retention / 4)
