@@ -138,15 +138,88 @@ class RawQueue:
         self._call("Delete", ask, pb.TaskQueueDeleteResponse)
 
 
+class _Answer:
+    status = 200
+    reason = "OK"
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+class LocalAnswerer:
+    """Stands in for the SDK's urllib3 pool: answers each call in this process with the bridge's
+    own service, no HTTP. What the SDK costs its caller anyway (it builds the request and a Task
+    per task on App Engine too), against which the bridge's added time is counted."""
+
+    def __init__(self, backend: Any) -> None:
+        from pullqueue.bridge import wire
+        from pullqueue.bridge.taskqueue import TaskQueueService
+
+        self.wire = wire
+        self.service = TaskQueueService(backend)
+
+    def request(self, *, body: bytes, **_: Any) -> _Answer:
+        call = self.wire.decode_call(body)
+        try:
+            answer = self.wire.ok(
+                self.service.call(call.method, call.request, time.monotonic() + 60)
+            )
+        except self.wire.ApplicationFailure as failure:
+            answer = self.wire.application_error(failure.code, failure.detail)
+        return _Answer(answer)
+
+
+def sdk_local(backend: Any) -> Any:
+    """Google's taskqueue module answered in this process by LocalAnswerer (no bridge)."""
+    from google.appengine.api import apiproxy_stub_map
+
+    tq = sdk_taskqueue(1)
+    stub = apiproxy_stub_map.apiproxy.GetStub("taskqueue")
+    stub.http = LocalAnswerer(backend)
+    return tq
+
+
+def cpu_of(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def fill(queue: Any, task_class: Any, count: int) -> None:
     for start in range(0, count, 100):
         queue.add([task_class(payload=f"p{i}", method="PULL") for i in range(start, start + 100)])
 
 
+def loop(queue: Any, count: int) -> list[float]:
+    """count lease(100)+delete pairs on queue; the latency of each call."""
+    latencies: list[float] = []
+    for _ in range(count):
+        started = time.perf_counter()
+        batch = queue.lease_tasks(60, LEASE)
+        leased = time.perf_counter()
+        queue.delete_tasks(batch)
+        latencies += [leased - started, time.perf_counter() - leased]
+    return latencies
+
+
+class Run:
+    """One measured setting: pairs per second, call latencies, CPU seconds on each side."""
+
+    def __init__(self, rate: float, latencies: list[float], client_cpu: float, bridge_cpu: float):
+        self.rate = rate
+        self.latencies = latencies
+        self.client_cpu = client_cpu
+        self.bridge_cpu = bridge_cpu
+
+
 def pairs(
-    queue_of: Callable[[], Any], clients: int, per_client: int, setup: Callable[[], None]
-) -> tuple[float, list[float]]:
-    """Run `clients` threads of lease(100)+delete pairs; (pairs per second, call latencies)."""
+    queue_of: Callable[[], Any],
+    clients: int,
+    per_client: int,
+    setup: Callable[[], None],
+    bridge_pid: int | None = None,
+) -> Run:
+    """Run `clients` threads of lease(100)+delete pairs."""
     latencies: list[float] = []
     lock = threading.Lock()
     errors: list[BaseException] = []
@@ -154,92 +227,192 @@ def pairs(
     def client() -> None:
         setup()
         queue = queue_of()
-        mine: list[float] = []
         try:
-            for _ in range(per_client):
-                started = time.perf_counter()
-                batch = queue.lease_tasks(60, LEASE)
-                leased = time.perf_counter()
-                queue.delete_tasks(batch)
-                done = time.perf_counter()
-                mine += [leased - started, done - leased]
+            mine = loop(queue, per_client)
         except BaseException as exc:
             errors.append(exc)
+            return
         with lock:
             latencies.extend(mine)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
+    bridge_before = cpu_of(bridge_pid) if bridge_pid else 0.0
+    cpu_before = time.process_time()
     started = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
+    client_cpu = time.process_time() - cpu_before
+    bridge_cpu = cpu_of(bridge_pid) - bridge_before if bridge_pid else 0.0
     if errors:
         raise errors[0]
-    return clients * per_client / elapsed, latencies
+    return Run(clients * per_client / elapsed, latencies, client_cpu, bridge_cpu)
 
 
-def one_run(backend: str, clients: int, per_client: int) -> dict[str, float]:
-    """One measurement of in-process and bridged pairs on backend with clients threads."""
+def pairs_worker(kind: str, target: str, per_client: str, tmp: str, index: str) -> None:
+    """One client process: fills its share (in-process kinds), waits for the start, runs."""
+    count = int(per_client)
+    if kind in ("inproc", "sdklocal"):
+        from pullqueue import connect
+        from pullqueue.compat import taskqueue as compat
+
+        backend = connect(target, auto_create=True)
+        fill(compat.Queue(QUEUE, backend), compat.Task, (count + 1) * LEASE)
+        if kind == "inproc":
+            queue: Any = compat.Queue(QUEUE, backend)
+        else:
+            queue = sdk_local(backend).Queue(QUEUE)
+    elif kind == "sdk":
+        queue = sdk_taskqueue(int(target)).Queue(QUEUE)
+    else:
+        queue = RawQueue(int(target), QUEUE)
+    queue.delete_tasks(queue.lease_tasks(60, 1))  # imports and connection before the start
+    Path(tmp, f"ready-{index}").write_text("")
+    while not Path(tmp, "go").exists():
+        time.sleep(0.001)
+    cpu = time.process_time()
+    latencies = loop(queue, count)
+    report = {"latencies": latencies, "cpu": time.process_time() - cpu, "end": time.time()}
+    Path(tmp, f"out-{index}.json").write_text(json.dumps(report))
+
+
+def process_pairs(
+    kind: str, target: str, clients: int, per_client: int, bridge_pid: int | None = None
+) -> Run:
+    """Run `clients` OS processes of lease(100)+delete pairs (no GIL shared between clients)."""
+    with tempfile.TemporaryDirectory(prefix="bridgebench-") as tmp:
+        workers = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--pairs-worker",
+                    kind,
+                    target,
+                    str(per_client),
+                    tmp,
+                    f"{n}",
+                ]
+            )
+            for n in range(clients)
+        ]
+        while len(list(Path(tmp).glob("ready-*"))) < clients:
+            if any(w.poll() not in (None, 0) for w in workers):
+                raise SystemExit("a client process failed to start")
+            time.sleep(0.01)
+        bridge_before = cpu_of(bridge_pid) if bridge_pid else 0.0
+        started = time.time()
+        Path(tmp, "go").write_text("")
+        for w in workers:
+            if w.wait() != 0:
+                raise SystemExit(f"a client process exited with {w.returncode}")
+        bridge_cpu = cpu_of(bridge_pid) - bridge_before if bridge_pid else 0.0
+        reports = [json.loads(Path(tmp, f"out-{n}.json").read_text()) for n in range(clients)]
+    elapsed = max(r["end"] for r in reports) - started
+    latencies = [x for r in reports for x in r["latencies"]]
+    return Run(
+        clients * per_client / elapsed, latencies, sum(r["cpu"] for r in reports), bridge_cpu
+    )
+
+
+KINDS = ("in-process", "sdk-local", "sdk", "protocol")
+
+
+def one_run(backend: str, clients: int, per_client: int, processes: bool) -> dict[str, Run]:
+    """One measurement of each kind of client on backend with `clients` threads or processes."""
     from pullqueue import connect
     from pullqueue.compat import taskqueue as compat
 
+    def url() -> str:
+        return "memory://" if backend == "memory" else f"pubsub://bench-{uuid.uuid4().hex[:8]}"
+
     tasks = clients * per_client * LEASE
-    url = "memory://" if backend == "memory" else f"pubsub://bench-{uuid.uuid4().hex[:8]}"
-    local = connect(url, auto_create=True)
-    try:
-        fill(compat.Queue(QUEUE, local), compat.Task, tasks)
-        rate_in, lat_in = pairs(
-            lambda: compat.Queue(QUEUE, local), clients, per_client, lambda: None
-        )
-    finally:
-        local.close()
-    if backend != "memory":
-        url = f"pubsub://bench-{uuid.uuid4().hex[:8]}"
+    runs: dict[str, Run] = {}
+    for kind in ("in-process", "sdk-local"):
+        if processes:
+            runs[kind] = process_pairs(
+                "inproc" if kind == "in-process" else "sdklocal", url(), clients, per_client
+            )
+            continue
+        local = connect(url(), auto_create=True)
+        try:
+            fill(compat.Queue(QUEUE, local), compat.Task, tasks)
+            if kind == "in-process":
+                runs[kind] = pairs(
+                    lambda local=local: compat.Queue(QUEUE, local),
+                    clients,
+                    per_client,
+                    lambda: None,
+                )
+            else:
+                tq = sdk_local(local)
+                runs[kind] = pairs(lambda tq=tq: tq.Queue(QUEUE), clients, per_client, in_thread)
+        finally:
+            local.close()
     port = free_port()
-    with bridge_process(url, port):
+    with bridge_process(url(), port) as bridge:
         tq = sdk_taskqueue(port)
         fill(tq.Queue(QUEUE), tq.Task, 2 * tasks)
-        rate_br, lat_br = pairs(lambda: tq.Queue(QUEUE), clients, per_client, in_thread)
-        rate_raw, lat_raw = pairs(lambda: RawQueue(port, QUEUE), clients, per_client, lambda: None)
-    return {
-        "in_process_pairs_s": rate_in,
-        "bridge_pairs_s": rate_br,
-        "raw_pairs_s": rate_raw,
-        "in_process_call_ms": statistics.median(lat_in) * 1e3,
-        "bridge_call_ms": statistics.median(lat_br) * 1e3,
-        "raw_call_ms": statistics.median(lat_raw) * 1e3,
-    }
+        if processes:
+            runs["sdk"] = process_pairs("sdk", str(port), clients, per_client, bridge.pid)
+            runs["protocol"] = process_pairs("proto", str(port), clients, per_client, bridge.pid)
+        else:
+            runs["sdk"] = pairs(lambda: tq.Queue(QUEUE), clients, per_client, in_thread, bridge.pid)
+            runs["protocol"] = pairs(
+                lambda: RawQueue(port, QUEUE), clients, per_client, lambda: None, bridge.pid
+            )
+    return runs
+
+
+BASELINE = {"sdk-local": "in-process", "sdk": "sdk-local", "protocol": "in-process"}
 
 
 def throughput(args: argparse.Namespace) -> None:
+    print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
     print(
-        "pairs/s: in-process (pullqueue.compat), through the bridge by the Python SDK, and by a"
-        " minimal protocol client; ms: median per call; added: bridge minus in-process"
+        "pairs/s of lease(100)+delete; ratio to in-process; ms: median per call; added: ms minus"
+        " the baseline's (sdk-local: the SDK answered in-process, no bridge; protocol:"
+        " in-process); CPU us per call in the bridge process and in the clients; Little:"
+        " clients x bridge CPU per call, the least median latency the bridge's CPU allows"
     )
     print(
-        f"{'backend':8} {'clients':>7} {'in-proc/s':>10} {'sdk/s':>8} {'ratio':>6}"
-        f" {'proto/s':>8} {'ratio':>6} {'ms in-proc':>10} {'ms sdk':>8} {'ms proto':>9}"
-        f" {'added sdk':>10} {'added proto':>12}"
+        f"{'backend':8} {'clients':>7} {'as':>9} {'client':>10} {'pairs/s':>8} {'ratio':>6}"
+        f" {'ms':>7} {'added':>7} {'bridge us':>9} {'client us':>9} {'Little ms':>9}"
     )
     for backend in args.backends:
         for clients in args.clients:
             per_client = args.pairs if backend == "memory" else args.emulator_pairs
-            runs = [
-                one_run(backend, clients, max(per_client // clients, 5)) for _ in range(args.runs)
-            ]
-            med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-            base = med["in_process_pairs_s"]
-            print(
-                f"{backend:8} {clients:7d} {base:10.0f} {med['bridge_pairs_s']:8.0f}"
-                f" {med['bridge_pairs_s'] / base:6.2f} {med['raw_pairs_s']:8.0f}"
-                f" {med['raw_pairs_s'] / base:6.2f} {med['in_process_call_ms']:10.3f}"
-                f" {med['bridge_call_ms']:8.3f} {med['raw_call_ms']:9.3f}"
-                f" {med['bridge_call_ms'] - med['in_process_call_ms']:10.3f}"
-                f" {med['raw_call_ms'] - med['in_process_call_ms']:12.3f}",
-                flush=True,
-            )
+            per_client = max(per_client // clients, 5)
+            for how in args.clients_as:
+                runs = [one_run(backend, clients, per_client, how == "processes")]
+                runs += [
+                    one_run(backend, clients, per_client, how == "processes")
+                    for _ in range(args.runs - 1)
+                ]
+                calls = 2 * clients * per_client
+                med: dict[str, dict[str, float]] = {}
+                for kind in KINDS:
+                    of = [r[kind] for r in runs]
+                    med[kind] = {
+                        "rate": statistics.median(r.rate for r in of),
+                        "ms": statistics.median(statistics.median(r.latencies) for r in of) * 1e3,
+                        "bridge": statistics.median(r.bridge_cpu for r in of) / calls * 1e6,
+                        "client": statistics.median(r.client_cpu for r in of) / calls * 1e6,
+                    }
+                base = med["in-process"]["rate"]
+                for kind in KINDS:
+                    m = med[kind]
+                    added = m["ms"] - med[BASELINE[kind]]["ms"] if kind in BASELINE else 0.0
+                    little = clients * m["bridge"] / 1e3
+                    print(
+                        f"{backend:8} {clients:7d} {how:>9} {kind:>10} {m['rate']:8.0f}"
+                        f" {m['rate'] / base:6.2f} {m['ms']:7.3f} {added:7.3f}"
+                        f" {m['bridge']:9.0f} {m['client']:9.0f} {little:9.3f}",
+                        flush=True,
+                    )
+    print(f"load average: {Path('/proc/loadavg').read_text().strip()}")
 
 
 # sidecars
@@ -346,12 +519,22 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["--sidecar-worker"]:
         sidecar_worker(*argv[1:5])
         return
+    if argv[:1] == ["--pairs-worker"]:
+        pairs_worker(*argv[1:6])
+        return
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--backends", nargs="+", default=["memory", "emulator"])
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--pairs", type=int, default=2000, help="pairs per setting, memory://")
     parser.add_argument("--emulator-pairs", type=int, default=200, help="pairs, emulator")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--clients-as",
+        nargs="+",
+        choices=["threads", "processes"],
+        default=["threads"],
+        help="clients as threads of this process, or as separate OS processes (no shared GIL)",
+    )
     parser.add_argument("--sidecars", action="store_true")
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--tags", type=int, nargs="+", default=[200, 1000])
