@@ -147,12 +147,16 @@ def read_backlog(
 
     settings = getattr(backend, "settings", None) or Settings()
     project = backend.url.removeprefix("pubsub://")
-    layout = QueueLayout(
-        project=project,
-        queue=queue,
-        prefix=settings.pubsub_prefix,
-        declared_tags=tuple(settings.pubsub_declared_tags.get(queue, ())),
-    )
+    topology = getattr(backend, "topology", None)
+    if callable(topology):
+        layout = topology(queue).layout  # the queue's own shard count, from its topic's label
+    else:
+        layout = QueueLayout(
+            project=project,
+            queue=queue,
+            prefix=settings.pubsub_prefix,
+            declared_tags=tuple(settings.pubsub_declared_tags.get(queue, ())),
+        )
     return reader(project).read(queue, layout_subscriptions(layout))
 
 

@@ -139,16 +139,18 @@ class Backlog:
 
 
 def layout_subscriptions(layout: QueueLayout) -> list[Subscription]:
-    """Every subscription of a queue's layout, in the order `stats` shows them."""
-    from pullqueue.adapters.pubsub.layout import SHARDS
-
+    """Every subscription of a queue's layout (its shard count's), in the order `stats` shows
+    them."""
     return [
         Subscription(layout.worker_subscription_id, "workers"),
         *(
             Subscription(layout.tag_subscription_id(tag), "tag", tag)
             for tag in sorted(layout.declared_tags)
         ),
-        *(Subscription(layout.shard_subscription_id(k), "shard", str(k)) for k in range(SHARDS)),
+        *(
+            Subscription(layout.shard_subscription_id(k), "shard", str(k))
+            for k in range(layout.shards)
+        ),
         Subscription(layout.dead_letter_subscription_id, "dead-letter"),
     ]
 

@@ -301,3 +301,21 @@ def test_worker_processes_on_a_queue_of_32_shards_lease_whole_tags(
     assert sum(1 for batch in batches if len(batch) >= 0.9 * per_tag) >= 0.8 * tags, sizes
     # The queue the workers opened is the 32-shard one, not one they made with 16.
     assert PubSubBackend(project, settings=Settings()).topology("batched").layout.shards == 32
+
+
+def test_stats_read_the_backlog_of_every_shard_of_a_wide_queue(make_backend: MakeBackend) -> None:
+    from pullqueue import inspection
+
+    backend = make_backend(pubsub_shards=32)
+    backend.topology("wide-stats")
+    asked: list[list[str]] = []
+
+    class Reader:
+        def __init__(self, project: str) -> None:
+            pass
+
+        def read(self, queue: str, subscriptions: list[Any]) -> None:
+            asked.append([s.subscription_id for s in subscriptions if s.role == "shard"])
+
+    inspection.read_backlog(backend, "wide-stats", Reader)  # type: ignore[arg-type]
+    assert asked == [[f"wide-stats-shard-{k}" for k in range(32)]]
