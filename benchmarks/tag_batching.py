@@ -224,6 +224,21 @@ def run_memory(pairs: list[tuple[str, str]], max_tasks: int = 1000) -> Outcome:
     return summarize(pairs, batches, start)
 
 
+def fill_pubsub(pairs: list[tuple[str, str]], payload_bytes: int, shards: int | None) -> str:
+    """A new emulator project whose queue (of `shards` shards) holds the tasks: its id."""
+    from pullqueue import Settings
+    from pullqueue.adapters.pubsub import PubSubBackend
+    from pullqueue.compat import taskqueue
+
+    project = f"bench-{uuid.uuid4().hex[:8]}"
+    producer = PubSubBackend(project, settings=Settings(pubsub_shards=shards), auto_create=True)
+    try:
+        add_all(taskqueue.Queue(QUEUE, producer), pairs, payload_bytes)
+    finally:
+        producer.close()
+    return project
+
+
 def run_pubsub(
     pairs: list[tuple[str, str]],
     processes: int,
@@ -235,16 +250,7 @@ def run_pubsub(
     shards: int | None = None,
     max_tasks: int = 1000,
 ) -> Outcome:
-    from pullqueue import Settings
-    from pullqueue.adapters.pubsub import PubSubBackend
-    from pullqueue.compat import taskqueue
-
-    project = f"bench-{uuid.uuid4().hex[:8]}"
-    producer = PubSubBackend(project, settings=Settings(pubsub_shards=shards), auto_create=True)
-    try:
-        add_all(taskqueue.Queue(QUEUE, producer), pairs, payload_bytes)
-    finally:
-        producer.close()
+    project = fill_pubsub(pairs, payload_bytes, shards)
     with tempfile.TemporaryDirectory(prefix="tagbench-") as tmp:
         go = Path(tmp, "go")
         workers = [
@@ -318,16 +324,7 @@ def run_work(
 ) -> Outcome:
     """`pullqueue work --group-by-tag --concurrency N` in `processes` real processes, with the
     batch handler benchmarks/work_recorder.py:record, until each has been idle WORK_IDLE s."""
-    from pullqueue import Settings
-    from pullqueue.adapters.pubsub import PubSubBackend
-    from pullqueue.compat import taskqueue
-
-    project = f"bench-{uuid.uuid4().hex[:8]}"
-    producer = PubSubBackend(project, settings=Settings(pubsub_shards=shards), auto_create=True)
-    try:
-        add_all(taskqueue.Queue(QUEUE, producer), pairs, payload_bytes)
-    finally:
-        producer.close()
+    project = fill_pubsub(pairs, payload_bytes, shards)
     root = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="tagbench-") as tmp:
         env = {
