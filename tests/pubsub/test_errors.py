@@ -74,17 +74,31 @@ def test_a_server_that_goes_away_mid_lease_is_a_transient_error(
     assert task.name == "survivor"
 
 
-def test_a_missing_subscription_points_at_terraform(make_backend: MakeBackend) -> None:
+def test_an_unprovisioned_queue_points_at_terraform(make_backend: MakeBackend) -> None:
     queue = Queue("absent", make_backend(auto_create=False))
     with pytest.raises(NotProvisionedError) as raised:
         queue.add(Task(b"x"))
     message = str(raised.value)
     assert isinstance(raised.value, UnknownQueueError)
-    assert "absent-workers" in message and "does not exist" in message
+    # The queue topic is read first (its shard-count label), so it is what is named missing.
+    assert "topics/absent does not exist" in message
     assert "terraform/modules/pullqueue" in message and "pullqueue plan" in message
     assert "PULLQUEUE_AUTO_CREATE" in message
     with pytest.raises(NotProvisionedError):
         queue.lease(60, 10)
+
+
+def test_a_missing_subscription_points_at_terraform(
+    make_backend: MakeBackend, raw: tuple[object, object], project: str
+) -> None:
+    publisher, _ = raw
+    # The queue topic exists (no shard label: 16 shards), its subscriptions do not.
+    publisher.create_topic(name=f"projects/{project}/topics/halfway")  # type: ignore[attr-defined]
+    with pytest.raises(NotProvisionedError) as raised:
+        Queue("halfway", make_backend(auto_create=False)).add(Task(b"x"))
+    message = str(raised.value)
+    assert "halfway-workers" in message and "does not exist" in message
+    assert "terraform/modules/pullqueue" in message and "PULLQUEUE_AUTO_CREATE" in message
 
 
 def test_a_missing_topic_points_at_terraform(

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pullqueue.errors import ConfigurationError
+from pullqueue.links import source_url
 
 # Formats shared with terraform/modules/pullqueue/layout.tf (locals); keep the two in step.
 TOPIC_FORMAT = "{prefix}{queue}"
@@ -94,7 +95,7 @@ def check_shards(value: object, source: str, queue: str | None = None) -> int:
     ):
         raise ConfigurationError(
             f"{source} {value!r} is not a shard count: a whole number from {MIN_SHARDS} to"
-            f" {MAX_SHARDS} (at least the number of worker processes; docs/pubsub.md)",
+            f" {MAX_SHARDS} ({source_url('docs/pubsub.md')}, 'Shard count')",
             queue=queue,
         )
     return value

@@ -38,7 +38,7 @@ from pullqueue.errors import (
     NotProvisionedError,
     PermissionDeniedError,
 )
-from pullqueue.links import TERRAFORM_MODULE
+from pullqueue.links import TERRAFORM_MODULE, source_url
 from pullqueue.retry import RetryParameters
 
 log = logging.getLogger(__name__)
@@ -282,7 +282,7 @@ class Provisioner:
                     f" {count} shards (topic {topic}, {said}); a task's shard is crc32(tag) mod"
                     " the count, so publishers and workers must agree: unset"
                     f" PULLQUEUE_PUBSUB_SHARDS or set it to {count}. Changing a queue's shard"
-                    " count is a migration (docs/pubsub.md, 'Shard count')",
+                    f" count is a migration ({source_url('docs/pubsub.md')}, 'Shard count')",
                     queue=queue,
                 )
         return dataclasses.replace(layout, shards=count)
