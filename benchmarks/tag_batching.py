@@ -120,14 +120,21 @@ def padded(name: str, payload_bytes: int) -> bytes:
 class Progress:
     """The tasks one worker process deleted so far, shared by its threads."""
 
-    def __init__(self, drained: Callable[[int], bool]) -> None:
+    def __init__(
+        self, drained: Callable[[int], bool], record: Callable[[int], None] | None = None
+    ) -> None:
         self.lock = threading.Lock()
         self.done = 0
         self._drained = drained
+        self._record = record
 
     def add(self, count: int) -> None:
+        """Count deleted tasks and say so to the other processes at once: an empty lease is
+        counted only while the tasks deleted everywhere fall short of the queue."""
         with self.lock:
             self.done += count
+            if self._record is not None:
+                self._record(self.done)
 
     def drained(self) -> bool:
         with self.lock:
@@ -424,8 +431,13 @@ def worker_main(
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     progress = Path(tmp, f"progress-{index}")
 
+    def record(done: int) -> None:
+        partial = Path(tmp, f"partial-progress-{index}")
+        partial.write_text(str(done))
+        partial.replace(progress)  # readers never see a half-written count
+
     def drained(done: int) -> bool:
-        progress.write_text(str(done))
+        record(done)
         counts = [p.read_text() for p in Path(tmp).glob("progress-*")]
         return sum(int(c) for c in counts if c) >= int(total)
 
@@ -434,7 +446,7 @@ def worker_main(
             taskqueue.Queue(QUEUE, backend),
             int(threads),
             IDLE_SECONDS,
-            Progress(drained),
+            Progress(drained, record),
             first_empty=mode == "first-empty",
             plain=mode == "plain",
             max_tasks=int(max_tasks),

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from pullqueue import Queue, Task
-from pullqueue.adapters.pubsub.claims import ATTR_SHARD, Claim
+from pullqueue.adapters.pubsub.claims import ATTR_CENSUS, ATTR_SHARD, Claim
 from pullqueue.adapters.pubsub.layout import SHARDS, shard_of
 from tests.pubsub.conftest import MakeBackend, raw_pull
 
@@ -120,7 +120,11 @@ def test_auto_create_publishes_one_token_per_shard(
     backend = make_backend()
     topology = backend.topology("tokens")
     tokens = raw_pull(subscriber, topology.claims)  # type: ignore[arg-type]
-    assert sorted(int(t.message.attributes[ATTR_SHARD]) for t in tokens) == list(range(SHARDS))
+    assert sorted(t.message.attributes.get(ATTR_SHARD, "") for t in tokens) == sorted(
+        ["", *map(str, range(SHARDS))]
+    )
+    census = [t for t in tokens if ATTR_SHARD not in t.message.attributes]
+    assert dict(census[0].message.attributes) == {ATTR_CENSUS: "1"}
 
 
 def test_a_claimed_shard_is_not_claimed_twice_and_comes_back_when_released(
@@ -162,9 +166,10 @@ def test_a_missing_token_is_published_again(
 
 
 def _hold_every_token(subscriber: Any, topology: Any) -> list[str]:
-    """Pull every token behind the adapters' backs (as other processes holding them would)."""
+    """Pull every token and the census behind the adapters' backs (as other processes pulling
+    them at the same moment would)."""
     tokens = raw_pull(subscriber, topology.claims)
-    assert len(tokens) == SHARDS
+    assert len(tokens) == SHARDS + 1
     return [t.ack_id for t in tokens]
 
 
@@ -227,7 +232,78 @@ def test_a_duplicate_token_is_removed_by_the_process_holding_its_shard(
     assert backend._claims.claim("deduped", *claim, 5) is Claim.OWNED
     for shard in range(SHARDS):  # pulls every free token on the way, the duplicate included
         assert backend._claims.claim("deduped", *claim, shard) is Claim.OWNED
-    assert raw_pull(subscriber, topology.claims) == []  # type: ignore[arg-type]
+    # The second census (published with the duplicate) went too: one is left, never held.
+    left = raw_pull(subscriber, topology.claims)  # type: ignore[arg-type]
+    assert [dict(t.message.attributes) for t in left] == [{ATTR_CENSUS: "1"}]
+    subscriber.modify_ack_deadline(  # type: ignore[attr-defined]
+        subscription=topology.claims, ack_ids=[t.ack_id for t in left], ack_deadline_seconds=0
+    )
     backend._claims.release("deduped", *claim, set(range(SHARDS)), renew_before=0.0)
-    tokens = raw_pull(subscriber, topology.claims)  # type: ignore[arg-type]
+    tokens = [
+        t
+        for t in raw_pull(subscriber, topology.claims)  # type: ignore[arg-type]
+        if ATTR_SHARD in t.message.attributes
+    ]
     assert sorted(int(t.message.attributes[ATTR_SHARD]) for t in tokens) == list(range(SHARDS))
+
+
+def _hold_tokens(subscriber: Any, topology: Any, shards: set[int]) -> list[str]:
+    """Hold the given shards' tokens behind the adapters' backs (as other processes serving
+    those shards would), giving every other claim message back: their ack ids."""
+    tokens = raw_pull(subscriber, topology.claims)
+    kept = [t.ack_id for t in tokens if t.message.attributes.get(ATTR_SHARD) in map(str, shards)]
+    others = [t.ack_id for t in tokens if t.ack_id not in kept]
+    if others:
+        _give_back(subscriber, topology, others)
+    assert len(kept) == len(shards)
+    return kept
+
+
+def _tags_of_shard(shard: int, count: int, prefix: str = "t") -> list[str]:
+    return [f"{prefix}-{i}" for i in range(100_000) if shard_of(f"{prefix}-{i}") == shard][:count]
+
+
+def test_a_lease_leaves_the_shards_other_processes_hold_alone(
+    make_backend: MakeBackend, raw: tuple[object, object]
+) -> None:
+    # Another process serves shard 5 (it holds the token). Its tasks are the oldest, but a
+    # lease here must not take even their first one: that process would then lease that tag
+    # in two parts. It leases the tag of shard 9 instead, and gives nothing back.
+    _, subscriber = raw
+    backend = make_backend()
+    topology = backend.topology("elsewhere")
+    queue = Queue("elsewhere", backend)
+    theirs, mine = _tags_of_shard(5, 1)[0], _tags_of_shard(9, 1)[0]
+    queue.add([Task(b"x", name=f"theirs-{i}", tag=theirs) for i in range(5)])
+    time.sleep(0.05)
+    queue.add([Task(b"x", name=f"mine-{i}", tag=mine) for i in range(5)])
+    held = _hold_tokens(subscriber, topology, {5})
+    leased = queue.lease(60, 100, group_by_tag=True)
+    assert sorted(t.name for t in leased) == [f"mine-{i}" for i in range(5)]
+    assert backend._book._skipped == {}  # nothing of shard 5 was taken and given back
+    on_shard = raw_pull(subscriber, topology.shards[5])  # type: ignore[arg-type]
+    assert sorted(m.message.attributes["task_name"] for m in on_shard) == [
+        f"theirs-{i}" for i in range(5)
+    ]
+    _give_back(subscriber, topology, held)
+
+
+def test_a_process_starting_while_others_hold_every_token_waits_for_one(
+    make_backend: MakeBackend, raw: tuple[object, object]
+) -> None:
+    # More processes than shards: the others hold all 16 tokens. The census (published with
+    # the tokens, never held) tells this process tokens exist, so it leases nothing rather
+    # than drain a shard unclaimed and split its tags with the process that holds it; once a
+    # token is free it leases that shard's tag whole.
+    _, subscriber = raw
+    backend = make_backend()
+    topology = backend.topology("waiting")
+    queue = Queue("waiting", backend)
+    tag = _tags_of_shard(3, 1)[0]
+    queue.add([Task(b"x", name=f"w-{i}", tag=tag) for i in range(6)])
+    held = _hold_tokens(subscriber, topology, set(range(SHARDS)))
+    assert queue.lease(60, 100, group_by_tag=True, deadline=3.0) == []
+    assert backend._book._skipped == {}
+    _give_back(subscriber, topology, held)
+    leased = queue.lease(60, 100, group_by_tag=True)
+    assert sorted(t.name for t in leased) == [f"w-{i}" for i in range(6)]

@@ -522,17 +522,23 @@ class PubSubBackend:
             probed = self._probe(queue, topology, hand, end, fresh=fresh)
             held.probed({d.subscription for d in probed})
             hand += probed
+            present = {d.subscription for d in hand}
+            # First tasks probes saw a moment ago and gave back: weighed with the hand.
+            heads = {} if fresh else held.heads(time.monotonic())
+            heads = {s: age for s, age in heads.items() if s not in present}
             taken: set[str] = set()
             while candidates := [
-                d for d in hand if d.subscription not in taken and d.subscription not in partial
-            ]:
-                oldest = min(candidates, key=_age)
-                if oldest.subscription in drained or time.monotonic() >= end:
+                (_age(d), d.subscription)
+                for d in hand
+                if d.subscription not in taken and d.subscription not in partial
+            ] + [(age, s) for s, age in heads.items() if s not in taken and s not in partial]:
+                source = min(candidates)[1]
+                if source in drained or time.monotonic() >= end:
                     break
-                source = oldest.subscription
                 drained.add(source)
-                # `oldest` came from `hand`, so the hand holds tasks of `source`.
-                if not fresh and held.emptied(source):
+                remembered = heads.pop(source, None) is not None
+                # Unless remembered, the oldest came from `hand`, so it holds tasks of `source`.
+                if not fresh and not remembered and held.emptied(source):
                     # Drained to empty in an earlier call and given nothing back since: what
                     # came later is younger than what is in hand from it.
                     continue
@@ -547,17 +553,34 @@ class PubSubBackend:
                     held.drained(source, whole, hand)
                     if not whole:
                         partial.add(source)
-                elif not held.unclaimed(oldest.subscription):
-                    taken.add(oldest.subscription)
+                elif not held.unclaimed(source):
+                    taken.add(source)
             if taken:
                 hand = held.give_to_claimants(hand, taken)
                 for source in sorted(taken) if fresh else ():
                     if held.may_drain(source):
                         hand += self._drain(queue, topology, source, hand, end, fresh=True)[0]
+            hand = self._give_probes_back(queue, hand, probed, drained)
         except Error:
             held.hold(hand)
             raise
         return hand, drained, partial
+
+    def _give_probes_back(
+        self, queue: str, hand: list[Delivery], probed: list[Delivery], drained: set[str]
+    ) -> list[Delivery]:
+        """The hand less the first tasks probes took of subscriptions not drained, given back
+        (remembered a while) when the hand holds others to serve: a shard's token is held only
+        while its tasks are in hand, so other processes are kept off a shard no longer than
+        this call, and a later call weighs those first tasks without pulling them again."""
+        held = self._hand(queue)
+        looked = {d.subscription for d in probed} - drained
+        back = [d for d in hand if d.subscription in looked]
+        if not back or len(back) == len(hand):
+            return hand
+        held.give_back(back)
+        held.remember(back, _age)
+        return [d for d in hand if d.subscription not in looked]
 
     def _drain(
         self,
@@ -614,18 +637,28 @@ class PubSubBackend:
         *,
         fresh: bool = False,
     ) -> list[Delivery]:
-        """Pull the head of every subscription nothing in hand came from, side by side.
+        """Pull the head of every subscription nothing in hand came from, side by side: of the
+        shards, those whose token this process holds or wins now (other processes' shards are
+        left to them), unless the queue has no tokens at all.
 
-        A subscription found empty is not asked again for EMPTY_RECHECK seconds (unless
-        `fresh`); deferred tasks a probe brings are hidden until their ETA, so the probes
-        continue past them.
+        A subscription found empty is not asked again for EMPTY_RECHECK seconds, nor one whose
+        head a probe saw a moment ago (unless `fresh`: then every free token is looked for);
+        deferred tasks a probe brings are hidden until their ETA, so the probes continue past
+        them.
         """
         now = time.monotonic()
         present = {d.subscription for d in hand}
         held = self._hand(queue)
+        remembered = {} if fresh else held.heads(now)
         sources = [
-            s for s in topology.sources if s not in present and (fresh or not held.marked(s, now))
+            s
+            for s in topology.sources
+            if s not in present and s not in remembered and (fresh or not held.marked(s, now))
         ]
+        shards = set(topology.shards)
+        mine = held.grab([s for s in sources if s in shards], thorough=fresh)
+        if mine is not None:
+            sources = [s for s in sources if s not in shards or s in mine]
         if not sources:
             return []
         found, _ = self._pull_each(queue, topology, sources, PROBE_SIZE, end, patient=not hand)

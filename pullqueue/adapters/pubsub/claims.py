@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 
 ATTR_SHARD = "shard"
 """Attribute of a token message: its shard number, in decimal."""
+ATTR_CENSUS = "census"
+"""Attribute of the census message ("1"), published with the tokens: a process that pulls it
+gives it back at once, so one that starts while other processes hold every token still sees
+it and knows tokens exist (it waits for one rather than drain shards unclaimed)."""
 CLAIM_DEADLINE = 60
 """Seconds a token is held per pull or renewal (the claims subscription's ack deadline)."""
 RENEW_MARGIN = 20.0
@@ -36,10 +40,10 @@ CLAIM_PULLS = 4
 """Pulls of the claims subscription one claim makes at most, looking for its token."""
 RETRY_PAUSE = 0.1
 """Seconds before looking again when no token came and none was ever seen."""
-UNSEEN_PATIENCE = 1.0
-"""Seconds a process that never saw a token looks for one before it concludes there is none
-(once per queue): at start-up others may hold every free token for a moment (a claim pulls them
-all), and a process concluding wrongly drains a shard another is about to claim."""
+UNSEEN_PATIENCE = 3.0
+"""Seconds a process that never saw a token or the census looks for one before it concludes
+there is none (once per queue): at start-up others may hold every free token and the census for
+a moment (a look pulls them all), and a process concluding wrongly drains shards unclaimed."""
 
 
 class Claim(Enum):
@@ -61,6 +65,18 @@ class _Token:
     message_id: str
 
 
+@dataclass(frozen=True)
+class Grab:
+    """What one look at the claims subscription won and saw."""
+
+    won: set[int]
+    """Shards whose token this process won in the look."""
+    elsewhere: bool
+    """Some shard's token was neither free nor this process's: another process holds it."""
+    no_tokens: bool
+    """No token and no census has ever come: the queue has none yet (drain unclaimed)."""
+
+
 class ShardClaims:
     """The tokens one process holds, per queue, and the pulls that win or give them back."""
 
@@ -71,18 +87,31 @@ class ShardClaims:
         self._lock = threading.Lock()
         self._held: dict[str, dict[int, _Token]] = {}
         self._seen: dict[str, dict[int, float]] = {}
+        self._census: dict[str, float] = {}
+        """Queue -> when (monotonic) this process last saw its census message."""
         self._unseen: set[str] = set()
         """Queues whose claims subscription this process looked at long and found no token in."""
         self._started = time.monotonic()
 
     def claim(self, queue: str, subscription: str, topic: str, shard: int) -> Claim:
         """Hold the shard's token: renewed when already held, else won from the subscription."""
-        now = time.monotonic()
         if self.keep(queue, subscription, {shard}):
             return Claim.OWNED
+        grab = self.grab(queue, subscription, topic, {shard})
+        if shard in grab.won:
+            return Claim.OWNED
+        return Claim.NO_TOKENS if grab.no_tokens else Claim.TAKEN
+
+    def grab(
+        self, queue: str, subscription: str, topic: str, wanted: set[int], *, thorough: bool = False
+    ) -> Grab:
+        """Win the free tokens of the wanted shards (this process does not hold them yet) in one
+        pull of the claims subscription, giving the others back; `thorough` pulls again while
+        tokens come (a pull may bring fewer than are free) even when a wanted one came."""
+        now = time.monotonic()
         seen = self._seen.setdefault(queue, {})
         received = self._pull(queue, subscription)
-        if not received and not seen and queue not in self._unseen:
+        if not received and not self._known(queue) and queue not in self._unseen:
             # Other processes may have all free tokens in hand for a moment: look again.
             give_up = now + UNSEEN_PATIENCE
             while not received and time.monotonic() < give_up:
@@ -90,9 +119,12 @@ class ShardClaims:
                 received = self._pull(queue, subscription)
             if not received:
                 self._unseen.add(queue)
+        shards = self.shards(queue)
         give_back: list[str] = []
         duplicates: list[str] = []
-        won = False
+        won: set[int] = set()
+        free: set[int] = set()
+        censuses = 0
         batch = received
         for _ in range(CLAIM_PULLS):
             pulled_at = time.monotonic()
@@ -100,9 +132,16 @@ class ShardClaims:
                 held = self._held.setdefault(queue, {})
                 for item in batch:
                     attributes = item.message.attributes
-                    number = _shard_number(attributes.get(ATTR_SHARD, ""), self.shards(queue))
+                    if attributes.get(ATTR_CENSUS):
+                        # One census is enough: a second (two processes published one) goes.
+                        (duplicates if censuses else give_back).append(item.ack_id)
+                        censuses += 1
+                        self._census[queue] = pulled_at
+                        continue
+                    number = _shard_number(attributes.get(ATTR_SHARD, ""), shards)
                     if number is not None:
                         seen[number] = pulled_at
+                        free.add(number)
                     mine = held.get(number) if number is not None else None
                     if mine is not None and mine.message_id == item.message.message_id:
                         # This process's token, delivered again (its deadline ran out while
@@ -112,33 +151,34 @@ class ShardClaims:
                         # A second token of a shard this process holds (published by a process
                         # that missed it): removed, so one process drains the shard again.
                         duplicates.append(item.ack_id)
-                    elif number == shard:
+                    elif number is not None and number in wanted:
                         stamp = item.message.publish_time
                         published = stamp.seconds + stamp.nanos / 1e9
-                        held[shard] = _Token(
+                        held[number] = _Token(
                             item.ack_id,
                             pulled_at + CLAIM_DEADLINE,
                             published,
                             item.message.message_id,
                         )
-                        won = True
+                        won.add(number)
                     else:
                         give_back.append(item.ack_id)
             # A pull may bring fewer tokens than are free: keep looking (the ones in hand stay
-            # out of the next pull) until the token comes or no more do.
-            if won or not batch:
+            # out of the next pull) until the tokens come or no more do.
+            if not batch or (won and not thorough) or won >= wanted:
                 break
             batch = self._pull(queue, subscription)
         pulled_at = time.monotonic()
         if give_back:
             self.rpc.modify(subscription, give_back, 0, queue=queue)
         if duplicates:
-            log.info("queue %r: removing %d duplicate shard token(s)", queue, len(duplicates))
+            log.info("queue %r: removing %d duplicate claim message(s)", queue, len(duplicates))
             self.rpc.ack(subscription, duplicates, queue=queue)
-        if won:
-            return Claim.OWNED
-        missing = [shard] if received else list(range(self.shards(queue)))
-        if all(pulled_at - max(seen.get(k, 0.0), self._started) > MISSING_AFTER for k in missing):
+        holding = self.holding(queue)
+        missing = sorted(wanted - won - holding) if received else list(range(shards))
+        if missing and all(
+            pulled_at - max(seen.get(k, 0.0), self._started) > MISSING_AFTER for k in missing
+        ):
             # Never published (Terraform cannot publish), expired, or lost: publish it again; a
             # duplicate only lets two processes share a shard.
             log.warning(
@@ -150,14 +190,25 @@ class ShardClaims:
             self.publish(queue, topic, missing)
             for k in missing:
                 seen[k] = pulled_at
-        if not received and not seen:
-            return Claim.NO_TOKENS
-        return Claim.TAKEN
+        elif seen and pulled_at - max(self._census.get(queue, 0.0), self._started) > MISSING_AFTER:
+            # Tokens published before the census was: publish it, so a process starting while
+            # every token is held knows they exist.
+            self.publish(queue, topic, [])
+            self._census[queue] = pulled_at
+        return Grab(
+            won=won,
+            elsewhere=len(free | holding) < shards,
+            no_tokens=not received and not self._known(queue),
+        )
+
+    def _known(self, queue: str) -> bool:
+        """True once this process has seen a token or the census of the queue."""
+        return bool(self._seen.get(queue)) or queue in self._census
 
     def _pull(self, queue: str, subscription: str) -> list[Any]:
         return self.rpc.pull(
             subscription,
-            min(self.shards(queue), 1000),
+            min(self.shards(queue) + 1, 1000),  # the tokens and the census
             queue=queue,
             wait=CLAIM_WAIT,
             budget=self.rpc.timeout,
@@ -224,9 +275,15 @@ class ShardClaims:
                 log.warning("queue %r: could not give shard tokens back (%s)", queue, exc)
 
     def publish(self, queue: str, topic: str, shards: list[int]) -> None:
-        """Publish a token for each shard given."""
-        messages = [PubsubMessagePb(attributes={ATTR_SHARD: str(k)}) for k in shards]
-        self.rpc.publish(topic, messages, queue=queue)
+        """Publish a token for each shard given, and the census with them."""
+        self.rpc.publish(topic, token_messages(shards), queue=queue)
+
+
+def token_messages(shards: Iterable[int]) -> list[PubsubMessagePb]:
+    """The token of each shard given, then the census (says tokens exist; never held)."""
+    return [PubsubMessagePb(attributes={ATTR_SHARD: str(k)}) for k in shards] + [
+        PubsubMessagePb(attributes={ATTR_CENSUS: "1"})
+    ]
 
 
 def _shard_number(text: str, shards: int) -> int | None:

@@ -35,6 +35,15 @@ EMPTY_RECHECK = 0.5
 """Seconds a subscription found empty is left out of probes."""
 CLAIMED_RECHECK = 5.0
 """Seconds a shard another process holds the claim of is left out of probes."""
+HEAD_MEMORY = 5.0
+"""Seconds the first task of a subscription, seen by a probe and given back, is remembered (its
+age): a later lease by oldest tag weighs it against the hand without probing that subscription
+again. A shard drained meanwhile by another process is found claimed (or emptier) when this
+process then asks for it, which costs a pull, not a delivery."""
+GRAB_PAUSE = 0.5
+"""Seconds after a look at the claims subscription that won no token before the next (unless
+a last look): every look holds the free tokens and the census for a moment, so idle processes
+looking often would keep them from each other."""
 CLAIM_SETTLE = 2.0
 """Seconds after winning a shard's claim in which this process pulls the shard again even when
 it drained it to empty: other processes give back the heads of it they probed meanwhile."""
@@ -103,6 +112,14 @@ class Hand:
         self._claimed: dict[str, float] = {}
         """Shard subscription -> until when (monotonic) another process is taken to hold its
         claim and serve its tasks: this process gave it that shard's tasks back."""
+        self._heads: dict[str, tuple[tuple[float, str], float]] = {}
+        """Subscription -> the age of its first task, seen by a probe and given back, and until
+        when (monotonic) that is trusted."""
+        self._elsewhere = 0.0
+        self._grab_pause = 0.0
+        """Until when (monotonic) looks at the claims subscription other than last looks wait."""
+        """Until when (monotonic) another process is taken to hold a shard's token: the last
+        look at the claims subscription saw a token neither free nor this process's."""
         self._whole: dict[str, tuple[int, int]] = {}
         """Subscription -> most tasks and bytes the hand held of it after a drain to empty: what
         room a drain of a subscription is expected to need."""
@@ -258,6 +275,7 @@ class Hand:
     def mark_empty(self, source: str) -> None:
         with self._lock:
             self._marks[source] = time.monotonic() + EMPTY_RECHECK
+            self._heads.pop(source, None)
 
     def unmark(self, sources: Iterable[str]) -> None:
         """This process gave tasks back to these subscriptions: they are not empty now."""
@@ -281,6 +299,7 @@ class Hand:
         """A drain of `source` ended, `whole` when it found the subscription empty: remember
         the room that took (the most tasks and bytes of it in `hand`)."""
         with self._lock:
+            self._heads.pop(source, None)
             if not whole:
                 self._emptied.discard(source)
                 return
@@ -344,11 +363,75 @@ class Hand:
                     self._marks.pop(source, None)
 
     def claimed_elsewhere(self) -> bool:
-        """True while another live process is taken to serve tasks this process found (it
-        gave them back to that process's claimed shard within CLAIMED_RECHECK seconds)."""
+        """True while another live process is taken to serve tasks this process cannot: it
+        gave tasks back to that process's claimed shard, or its last look at the claims
+        subscription saw another process's token (within CLAIMED_RECHECK seconds)."""
         now = time.monotonic()
         with self._lock:
-            return any(until > now for until in self._claimed.values())
+            return self._elsewhere > now or any(until > now for until in self._claimed.values())
+
+    def grab(self, sources: Iterable[str], *, thorough: bool) -> set[str] | None:
+        """Win the free tokens of the given shard subscriptions (others are passed over): the
+        shard subscriptions this process may probe now, those whose token it holds; None when
+        the queue has no tokens at all (every shard may be probed, and drained unclaimed).
+
+        Probing only shards whose token this process holds keeps it off the shards other
+        processes drain: a head taken from one of those would split its tag between them."""
+        topology = self.topology
+        wanted = {topology.shards.index(s) for s in sources if s in topology.shards}
+        holding = self._claims.holding(self.queue)
+        grab = None
+        with self._lock:
+            paused = not thorough and time.monotonic() < self._grab_pause
+        if wanted - holding and not paused:
+            grab = self._claims.grab(
+                self.queue,
+                topology.claims,
+                topology.claims_topic,
+                wanted - holding,
+                thorough=thorough,
+            )
+            if grab.no_tokens:
+                return None
+        now = time.monotonic()
+        with self._lock:
+            if grab is not None:
+                self._elsewhere = now + CLAIMED_RECHECK if grab.elsewhere else 0.0
+                self._grab_pause = 0.0 if grab.won else now + GRAB_PAUSE
+                for k in grab.won:
+                    self._won[topology.shards[k]] = now
+                    self._claimed.pop(topology.shards[k], None)
+        mine = self._claims.holding(self.queue) & wanted
+        return {topology.shards[k] for k in mine}
+
+    # Remembered heads: what probes saw and gave back
+
+    def remember(
+        self, deliveries: Iterable[Delivery], age: Callable[[Delivery], tuple[float, str]]
+    ) -> None:
+        """Remember the age of each subscription's oldest delivery given (given back after a
+        probe), for HEAD_MEMORY seconds."""
+        oldest: dict[str, tuple[float, str]] = {}
+        for delivery in deliveries:
+            key = age(delivery)
+            oldest[delivery.subscription] = min(oldest.get(delivery.subscription, key), key)
+        until = time.monotonic() + HEAD_MEMORY
+        with self._lock:
+            for source, key in oldest.items():
+                self._heads[source] = (key, until)
+
+    def heads(self, now: float) -> dict[str, tuple[float, str]]:
+        """The remembered first tasks' ages, by subscription, still trusted at `now`."""
+        with self._lock:
+            for source in [s for s, (_, until) in self._heads.items() if until <= now]:
+                del self._heads[source]
+            return {s: key for s, (key, _) in self._heads.items()}
+
+    def forget(self, sources: Iterable[str]) -> None:
+        """The subscriptions were drained, found empty or claimed: their heads are stale."""
+        with self._lock:
+            for source in sources:
+                self._heads.pop(source, None)
 
     def unclaimed(self, source: str) -> bool:
         """True for a shard this process drained finding no token at all."""
@@ -382,6 +465,7 @@ class Hand:
         with self._lock:
             for source in taken:
                 self._marks[source] = self._claimed[source] = time.monotonic() + CLAIMED_RECHECK
+                self._heads.pop(source, None)
         return [d for d in hand if d.subscription not in taken]
 
     # Settling and giving back

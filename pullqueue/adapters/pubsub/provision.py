@@ -16,7 +16,7 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from pullqueue.adapters.pubsub.claims import ATTR_SHARD, CLAIM_DEADLINE
+from pullqueue.adapters.pubsub.claims import CLAIM_DEADLINE, token_messages
 from pullqueue.adapters.pubsub.errors import PROVISION_HINT
 from pullqueue.adapters.pubsub.layout import (
     LABEL_MAX_BACKOFF,
@@ -30,7 +30,7 @@ from pullqueue.adapters.pubsub.layout import (
     tag_filter,
 )
 from pullqueue.adapters.pubsub.rpc import PubSubRpc
-from pullqueue.adapters.pubsub.wire import PubsubMessagePb, SubscriptionRule
+from pullqueue.adapters.pubsub.wire import SubscriptionRule
 from pullqueue.config import Settings
 from pullqueue.errors import (
     ConfigurationError,
@@ -331,7 +331,7 @@ class Provisioner:
             if created:
                 self.rpc.publish(
                     claims_topic,
-                    [PubsubMessagePb(attributes={ATTR_SHARD: str(k)}) for k in range(shards)],
+                    token_messages(range(shards)),
                     queue=queue,
                 )
             return
