@@ -11,16 +11,15 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from pullqueue import Queue, Task
 from tests.pubsub.conftest import MakeBackend
+from tests.support.processes import run_together
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,21 +79,17 @@ def test_processes_that_stop_at_their_first_empty_lease_leave_nothing_behind(
     producer = Queue("first-empty", make_backend())
     for start in range(0, count, 100):
         producer.add([Task(p.encode(), tag=tag) for p, tag in pairs[start : start + 100]])
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WORKER, project, str(tmp_path), str(n), str(threads)],
-            cwd=REPO,
-            env={**os.environ},
-        )
-        for n in range(processes)
-    ]
     # Started together, as workers that are already running when tasks arrive.
-    while len(list(tmp_path.glob("ready-*"))) < processes:
-        assert all(w.poll() is None for w in workers)
-        time.sleep(0.05)
-    (tmp_path / "go").write_text("")
-    for worker in workers:
-        assert worker.wait(timeout=300) == 0
+    run_together(
+        [
+            [sys.executable, "-c", _WORKER, project, str(tmp_path), str(n), str(threads)]
+            for n in range(processes)
+        ],
+        tmp_path,
+        cwd=REPO,
+        env=os.environ,
+        timeout=300,
+    )
     reports = [json.loads((tmp_path / f"out-{n}.json").read_text()) for n in range(processes)]
     assert [e for report in reports for e in report["errors"]] == []
     batches = [batch for report in reports for batch in report["batches"]]

@@ -13,9 +13,7 @@ import logging
 import os
 import random
 import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +36,7 @@ from pullqueue.cli import cli
 from pullqueue.errors import ConfigurationError
 from tests.pubsub.conftest import MakeBackend, raw_pull
 from tests.pubsub.test_tag_batching import _WORKER
+from tests.support.processes import run_together
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "pubsub.md"
 
@@ -281,20 +280,16 @@ def test_worker_processes_on_a_queue_of_32_shards_lease_whole_tags(
     (tmp_path / "progress").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PULLQUEUE_PUBSUB_SHARDS"}
     env["PULLQUEUE_ACCEPT_DUPLICATE_NAMES"] = "1"
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WORKER, project, str(tmp_path), str(len(tasks)), str(n)],
-            cwd=Path(__file__).resolve().parents[2],
-            env=env,
-        )
-        for n in range(processes)
-    ]
-    while len(list(tmp_path.glob("ready-*"))) < processes:
-        assert all(w.poll() is None for w in workers)
-        time.sleep(0.05)
-    (tmp_path / "go").write_text("")
-    for worker in workers:
-        assert worker.wait(timeout=120) == 0
+    run_together(
+        [
+            [sys.executable, "-c", _WORKER, project, str(tmp_path), str(len(tasks)), str(n)]
+            for n in range(processes)
+        ],
+        tmp_path,
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        timeout=120,
+    )
     reports = [json.loads((tmp_path / f"batches-{n}.json").read_text()) for n in range(processes)]
     batches = [batch for report in reports for batch in report["batches"]]
     names = [name for batch in batches for name, _ in batch]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import sys
 import textwrap
 import threading
@@ -25,6 +24,7 @@ from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub.claims import ATTR_CENSUS, ATTR_SHARD, Claim
 from pullqueue.adapters.pubsub.layout import SHARDS, shard_of
 from tests.pubsub.conftest import MakeBackend, raw_pull
+from tests.support.processes import run_together
 
 pytestmark = pytest.mark.unchecked_names  # names are labels here; no registry
 
@@ -80,21 +80,16 @@ def test_four_processes_lease_whole_tags_and_lose_nothing(
     for start in range(0, len(tasks), 100):
         producer.add(tasks[start : start + 100])
     (tmp_path / "progress").mkdir()
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WORKER, project, str(tmp_path), str(len(tasks)), str(n)],
-            cwd=REPO,
-            env={**os.environ},
-        )
-        for n in range(PROCESSES)
-    ]
-    # Started together, as workers that are already running when tasks arrive.
-    while len(list(tmp_path.glob("ready-*"))) < PROCESSES:
-        assert all(w.poll() is None for w in workers)
-        time.sleep(0.05)
-    (tmp_path / "go").write_text("")
-    for worker in workers:
-        assert worker.wait(timeout=120) == 0
+    run_together(
+        [
+            [sys.executable, "-c", _WORKER, project, str(tmp_path), str(len(tasks)), str(n)]
+            for n in range(PROCESSES)
+        ],
+        tmp_path,
+        cwd=REPO,
+        env=os.environ,
+        timeout=120,
+    )
     reports = [json.loads((tmp_path / f"batches-{n}.json").read_text()) for n in range(PROCESSES)]
     batches = [batch for report in reports for batch in report["batches"]]
     names = [name for batch in batches for name, _ in batch]
@@ -307,3 +302,40 @@ def test_a_process_starting_while_others_hold_every_token_waits_for_one(
     _give_back(subscriber, topology, held)
     leased = queue.lease(60, 100, group_by_tag=True)
     assert sorted(t.name for t in leased) == [f"w-{i}" for i in range(6)]
+
+
+def test_more_processes_than_shards_lease_whole_tags(
+    make_backend: MakeBackend, project: str, tmp_path: Path
+) -> None:
+    # Eight real worker processes on a queue of 4 shards: four hold a token at a time, the
+    # others wait for one instead of draining shards unclaimed (which split each tag between a
+    # claimant and an unclaimed drainer: measured 0.35x the legacy batches at 32 processes on
+    # 16 shards), and no process takes heads of a shard another drains.
+    processes, tags, per_tag = 8, 40, 10
+    tasks = [Task(b"x", name=f"m{i}", tag=f"tag-{i % tags}") for i in range(tags * per_tag)]
+    random.Random(5).shuffle(tasks)
+    producer = Queue("batched", make_backend(pubsub_shards=4, accept_duplicate_names=True))
+    for start in range(0, len(tasks), 100):
+        producer.add(tasks[start : start + 100])
+    (tmp_path / "progress").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PULLQUEUE_PUBSUB_SHARDS"}
+    env["PULLQUEUE_ACCEPT_DUPLICATE_NAMES"] = "1"
+    run_together(
+        [
+            [sys.executable, "-c", _WORKER, project, str(tmp_path), str(len(tasks)), str(n)]
+            for n in range(processes)
+        ],
+        tmp_path,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
+    reports = [json.loads((tmp_path / f"batches-{n}.json").read_text()) for n in range(processes)]
+    batches = [batch for report in reports for batch in report["batches"]]
+    names = [name for batch in batches for name, _ in batch]
+    assert sorted(names) == sorted(t.name for t in tasks)  # none lost, none twice
+    assert all(len({tag for _, tag in batch}) == 1 for batch in batches)  # no mixed batch
+    sizes = sorted(len(batch) for batch in batches)
+    in_whole_tags = sum(len(batch) for batch in batches if len(batch) == per_tag)
+    assert in_whole_tags >= 0.95 * len(names), sizes
+    assert len(batches) <= tags + 2, sizes
