@@ -656,7 +656,7 @@ class PubSubBackend:
             if s not in present and s not in remembered and (fresh or not held.marked(s, now))
         ]
         shards = set(topology.shards)
-        mine = held.grab([s for s in sources if s in shards], thorough=fresh)
+        mine = held.grab([s for s in sources if s in shards], thorough=fresh, busy=bool(hand))
         if mine is not None:
             sources = [s for s in sources if s not in shards or s in mine]
         if not sources:

@@ -370,19 +370,23 @@ class Hand:
         with self._lock:
             return self._elsewhere > now or any(until > now for until in self._claimed.values())
 
-    def grab(self, sources: Iterable[str], *, thorough: bool) -> set[str] | None:
+    def grab(self, sources: Iterable[str], *, thorough: bool, busy: bool) -> set[str] | None:
         """Win the free tokens of the given shard subscriptions (others are passed over): the
         shard subscriptions this process may probe now, those whose token it holds; None when
         the queue has no tokens at all (every shard may be probed, and drained unclaimed).
 
         Probing only shards whose token this process holds keeps it off the shards other
-        processes drain: a head taken from one of those would split its tag between them."""
+        processes drain: a head taken from one of those would split its tag between them. A
+        `busy` look (the call has tasks in hand) is skipped while other processes hold tokens:
+        the free ones are left to idle processes, and a pull of the claims subscription with
+        none free would wait on real Pub/Sub. Only a last look (`thorough`) is never skipped."""
         topology = self.topology
         wanted = {topology.shards.index(s) for s in sources if s in topology.shards}
         holding = self._claims.holding(self.queue)
         grab = None
         with self._lock:
-            paused = not thorough and time.monotonic() < self._grab_pause
+            now = time.monotonic()
+            paused = not thorough and (now < self._grab_pause or (busy and now < self._elsewhere))
         if wanted - holding and not paused:
             grab = self._claims.grab(
                 self.queue,
