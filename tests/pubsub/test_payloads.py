@@ -7,8 +7,11 @@ must not hold more than PULLQUEUE_PUBSUB_HOLD_BYTES of tasks it has not leased y
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -32,11 +35,18 @@ def _add(queue: Queue, size: int, per_tag: int, tags: int) -> set[bytes]:
     return payloads
 
 
-def _drain_by_tag(queue: Queue, count: int, max_tasks: int, seconds: float) -> list[list[Task]]:
+def _heads(payloads: Iterable[bytes]) -> list[bytes]:
+    """The payloads without their padding, sorted (a failure then shows which are missing)."""
+    return sorted(p.rstrip(b"x") for p in payloads)
+
+
+def _drain_by_tag(
+    queue: Queue, count: int, max_tasks: int, seconds: float, *, group_by_tag: bool = True
+) -> list[list[Task]]:
     batches: list[list[Task]] = []
     give_up = time.monotonic() + seconds
     while sum(map(len, batches)) < count and time.monotonic() < give_up:
-        batch = queue.lease(60, max_tasks, group_by_tag=True)  # any error fails the test
+        batch = queue.lease(60, max_tasks, group_by_tag=group_by_tag)  # any error fails the test
         if batch:
             queue.delete(batch)
             batches.append(batch)
@@ -134,3 +144,89 @@ def test_a_round_of_pulls_brings_at_most_its_bytes(
     assert sorted(leased) == sorted(payloads)
     # A message's attributes and framing add a little to its payload.
     assert 0 < _most_at_once(spans) <= 2 * 2**20 + 10 * KB
+
+
+def test_a_pull_waiting_briefly_still_receives_the_large_answer_it_was_sent(
+    make_backend: MakeBackend,
+) -> None:
+    # 12 tasks of 1 MB ready on one shard: the server answers a pull of them at once, handing
+    # them out for their 60 s ack deadline, and the 12 MB answer takes a while to arrive. A
+    # pull waiting 10 ms for messages must receive it, not drop it at a 10 ms deadline (its
+    # tasks would then stay hidden for a minute).
+    backend = make_backend()
+    queue = Queue("brief", backend)
+    payloads = _add(queue, 1000 * KB, per_tag=12, tags=1)
+    shard = backend.topology("brief").sources_of("tag-0")[0]
+    received: list[bytes] = []
+    give_up = time.monotonic() + 10
+    while len(received) < len(payloads) and time.monotonic() < give_up:
+        answer = backend.rpc.pull(shard, 100, queue="brief", wait=0.01, budget=5)
+        received += [item.message.data for item in answer]
+    assert _heads(received) == _heads(payloads)
+
+
+class SlowChannel:
+    """A TCP proxy to the emulator passing its answers at `rate` bytes a second: a slow or
+    loaded link, where a pull's answer of megabytes takes a good part of a second to arrive."""
+
+    def __init__(self, target: str, rate: float) -> None:
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.rate = rate
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.host = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.sockets: list[socket.socket] = [self.listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self.sockets += [client, server]
+            threading.Thread(target=self._pump, args=(client, server, 0.0), daemon=True).start()
+            threading.Thread(
+                target=self._pump, args=(server, client, self.rate), daemon=True
+            ).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket, rate: float) -> None:
+        try:
+            while chunk := source.recv(64 * 1024):
+                if rate:
+                    time.sleep(len(chunk) / rate)
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+@pytest.mark.parametrize("group_by_tag", [True, False], ids=["by-tag", "plain"])
+def test_answers_slow_to_arrive_are_received_not_dropped(
+    make_backend: MakeBackend,
+    emulator: str,
+    monkeypatch: pytest.MonkeyPatch,
+    group_by_tag: bool,
+) -> None:
+    # Answers arrive at 10 MB/s; a round of pulls asks for 4 MiB, so an answer of 1 MB tasks
+    # takes up to 0.4 s in transfer, longer than a lease's next pull waits for messages
+    # (0.25 s). Every task is leased within seconds, none only after its 60 s ack deadline.
+    channel = SlowChannel(emulator, rate=10e6)
+    try:
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", channel.host)
+        queue = Queue("slow", make_backend(pubsub_pull_bytes=4 * 2**20))
+        payloads = _add(queue, 1000 * KB, per_tag=10, tags=2)
+        batches = _drain_by_tag(queue, len(payloads), 1000, seconds=30, group_by_tag=group_by_tag)
+        assert _heads(t.payload for b in batches for t in b) == _heads(payloads)
+    finally:
+        channel.close()
