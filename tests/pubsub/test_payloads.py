@@ -8,6 +8,9 @@ must not hold more than PULLQUEUE_PUBSUB_HOLD_BYTES of tasks it has not leased y
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import gc
 import socket
 import threading
 import time
@@ -18,6 +21,7 @@ import pytest
 
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub.rpc import PubSubRpc
+from pullqueue.adapters.pubsub.wire import decode
 from tests.pubsub.conftest import MakeBackend
 
 KB = 1000
@@ -230,3 +234,41 @@ def test_answers_slow_to_arrive_are_received_not_dropped(
         assert _heads(t.payload for b in batches for t in b) == _heads(payloads)
     finally:
         channel.close()
+
+
+_MALLINFO2 = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks")
+_MALLINFO2 += ("uordblks", "fordblks", "keepcost")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2]
+
+
+def _malloced() -> int:
+    """Bytes glibc's malloc has handed out and not had back (what protobufs and payloads hold)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.mallinfo2.restype = _MallInfo2
+    gc.collect()
+    info = libc.mallinfo2()
+    return int(info.uordblks + info.hblkhd)
+
+
+def test_a_held_delivery_keeps_its_payload_not_its_whole_pull_answer(
+    make_backend: MakeBackend,
+) -> None:
+    # A pull brings 8 tasks of 1 MB; one of them stays in hand (or leased) while the others
+    # are served and gone: the memory it keeps is its own megabyte, not the 8 MB answer.
+    backend = make_backend()
+    queue = Queue("kept", backend)
+    _add(queue, 1000 * KB, per_tag=8, tags=1)
+    shard = backend.topology("kept").sources_of("tag-0")[0]
+    before = _malloced()
+    answer: list[Any] = []
+    give_up = time.monotonic() + 10
+    while len(answer) < 8 and time.monotonic() < give_up:
+        answer += backend.rpc.pull(shard, 8, queue="kept", wait=1, budget=5)
+    deliveries = [decode(shard, item, time.time()) for item in answer]
+    kept = deliveries[0]
+    del answer, deliveries
+    assert len(kept.payload) == 1000 * KB
+    assert _malloced() - before < 3 * 2**20
