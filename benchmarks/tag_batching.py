@@ -16,7 +16,8 @@ at exit count). `--payload-bytes B ...`: payloads of B bytes (each size in turn)
 a row of plain `lease_tasks` on the same workload, the throughput a lease by tag is compared with,
 and prints the ratio of the two. `--max-tasks M`: every lease asks for M tasks; for a like-for-like
 comparison give each tag at least M tasks (tasks >= M x tags), so that both calls can return M.
-`peak MB` is a worker process's largest resident size. `--work` adds a row of real
+`peak MB` is a worker process's largest resident size during the drain (Linux's VmHWM, restarted
+when the drain begins), `grown MB` that less its size then. `--work` adds a row of real
 `pullqueue work --group-by-tag --concurrency THREADS` processes (`--processes` of them) with the
 batch handler benchmarks/work_recorder.py:record; its calls/lease column is lease calls per
 non-empty lease, its drain time counts from the processes' start. `--shards N`: the Pub/Sub queue
@@ -84,9 +85,10 @@ class Outcome:
     left: int = 0
     """Tasks no worker leased (stop-at-first-empty runs)."""
     grown_mb: float = 0.0
-    """The largest growth of a worker process's peak memory during the drain (MB)."""
+    """The largest growth of a worker process's resident size during the drain: its peak
+    less its size when the drain began (MB)."""
     peak_mb: float = 0.0
-    """The largest peak resident size of a worker process (MB), start included."""
+    """The largest peak resident size of a worker process during the drain (MB)."""
     rate: float = 0.0
     """Tasks per second of the drain."""
 
@@ -421,7 +423,7 @@ def worker_main(
     Path(tmp, f"ready-{index}").write_text("")
     while not Path(tmp, "go").exists():
         time.sleep(0.01)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = start_peak()
     progress = Path(tmp, f"progress-{index}")
 
     def drained(done: int) -> bool:
@@ -441,8 +443,8 @@ def worker_main(
         )
     finally:
         backend.close()
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    grown_mb = peak_mb - before / 1024
+    peak_mb = peak_resident()
+    grown_mb = peak_mb - before
     # Deliveries this process consumed without leasing the task (held tasks given back).
     skipped = sum(backend._book._skipped.values())
     report = {
@@ -454,6 +456,39 @@ def worker_main(
         "peak_mb": peak_mb,
     }
     Path(tmp, f"out-{index}.json").write_text(json.dumps(report))
+
+
+def _status_mb(field: str) -> float | None:
+    """A size from /proc/self/status (VmRSS, VmHWM) in MB; None where there is none."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def start_peak() -> float:
+    """Start measuring this process's peak resident size; its resident size now (MB).
+
+    Not getrusage's ru_maxrss: Linux carries it over exec from the process that started this
+    one, so a worker started by a benchmark holding 300 MB of payloads reported 300 MB at
+    start. Linux's VmHWM is this process's own peak, and clear_refs 5 restarts it here.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return _status_mb("VmRSS") or 0.0
+
+
+def peak_resident() -> float:
+    """This process's peak resident size (MB) since start_peak (VmHWM; else ru_maxrss)."""
+    peak = _status_mb("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def count_calls(rpc: object, names: list[str]) -> list[int]:
