@@ -7,11 +7,9 @@ must not hold more than PULLQUEUE_PUBSUB_HOLD_BYTES of tasks it has not leased y
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import gc
-import socket
 import threading
 import time
 from collections.abc import Iterable
@@ -23,6 +21,7 @@ from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub.rpc import PubSubRpc
 from pullqueue.adapters.pubsub.wire import decode
 from tests.pubsub.conftest import MakeBackend
+from tests.support.tcpproxy import TcpProxy
 
 KB = 1000
 
@@ -169,52 +168,6 @@ def test_a_pull_waiting_briefly_still_receives_the_large_answer_it_was_sent(
     assert _heads(received) == _heads(payloads)
 
 
-class SlowChannel:
-    """A TCP proxy to the emulator passing its answers at `rate` bytes a second: a slow or
-    loaded link, where a pull's answer of megabytes takes a good part of a second to arrive."""
-
-    def __init__(self, target: str, rate: float) -> None:
-        host, port = target.rsplit(":", 1)
-        self.target = (host, int(port))
-        self.rate = rate
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.host = f"127.0.0.1:{self.listener.getsockname()[1]}"
-        self.sockets: list[socket.socket] = [self.listener]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            self.sockets += [client, server]
-            threading.Thread(target=self._pump, args=(client, server, 0.0), daemon=True).start()
-            threading.Thread(
-                target=self._pump, args=(server, client, self.rate), daemon=True
-            ).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket, rate: float) -> None:
-        try:
-            while chunk := source.recv(64 * 1024):
-                if rate:
-                    time.sleep(len(chunk) / rate)
-                sink.sendall(chunk)
-        except OSError:
-            pass
-        finally:
-            for end in (source, sink):
-                with contextlib.suppress(OSError):
-                    end.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        for sock in self.sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
-
-
 @pytest.mark.parametrize("group_by_tag", [True, False], ids=["by-tag", "plain"])
 def test_answers_slow_to_arrive_are_received_not_dropped(
     make_backend: MakeBackend,
@@ -225,15 +178,12 @@ def test_answers_slow_to_arrive_are_received_not_dropped(
     # Answers arrive at 10 MB/s; a round of pulls asks for 4 MiB, so an answer of 1 MB tasks
     # takes up to 0.4 s in transfer, longer than a lease's next pull waits for messages
     # (0.25 s). Every task is leased within seconds, none only after its 60 s ack deadline.
-    channel = SlowChannel(emulator, rate=10e6)
-    try:
-        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", channel.host)
+    with TcpProxy(emulator, rate=10e6) as link:
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", link.address)
         queue = Queue("slow", make_backend(pubsub_pull_bytes=4 * 2**20))
         payloads = _add(queue, 1000 * KB, per_tag=10, tags=2)
         batches = _drain_by_tag(queue, len(payloads), 1000, seconds=30, group_by_tag=group_by_tag)
         assert _heads(t.payload for b in batches for t in b) == _heads(payloads)
-    finally:
-        channel.close()
 
 
 _MALLINFO2 = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks")
