@@ -16,11 +16,15 @@ at exit count). `--payload-bytes B ...`: payloads of B bytes (each size in turn)
 a row of plain `lease_tasks` on the same workload, the throughput a lease by tag is compared with,
 and prints the ratio of the two. `--max-tasks M`: every lease asks for M tasks; for a like-for-like
 comparison give each tag at least M tasks (tasks >= M x tags), so that both calls can return M.
-`peak MB` is a worker process's largest resident size. `--work` adds a row of real
-`pullqueue work --group-by-tag --concurrency THREADS` processes (`--processes` of them) with the
-batch handler benchmarks/work_recorder.py:record; its calls/lease column is lease calls per
-non-empty lease, its drain time counts from the processes' start. `--shards N`: the Pub/Sub queue
-is provisioned with N shard topics (default 16; the workers read it from the queue topic's label).
+`peak MB` is a worker process's largest resident size during the drain (Linux's VmHWM, restarted
+when the drain begins), `grown MB` that less its size then, `in use MB` the most glibc's malloc
+had handed out and not had back at once during the drain, less at its start (what the process
+kept alive; the resident size adds freed memory the allocator keeps; 0 without glibc).
+`--work` adds a row of real `pullqueue work --group-by-tag --concurrency THREADS` processes
+(`--processes` of them) with the batch handler benchmarks/work_recorder.py:record; its
+calls/lease column is lease calls per non-empty lease, its drain time counts from the
+processes' start. `--shards N`: the Pub/Sub queue is provisioned with N shard topics (default
+16; the workers read it from the queue topic's label).
 
     python benchmarks/tag_batching.py [--tasks 20000] [--tags 200 1000] [--processes 4]
         [--threads 1] [--runs 3] [--stop-at-first-empty] [--payload-bytes 0 ...] [--plain]
@@ -32,6 +36,8 @@ Honours PUBSUB_EMULATOR_HOST; otherwise starts the emulator from the gcloud SDK 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import itertools
 import json
 import os
@@ -84,9 +90,12 @@ class Outcome:
     left: int = 0
     """Tasks no worker leased (stop-at-first-empty runs)."""
     grown_mb: float = 0.0
-    """The largest growth of a worker process's peak memory during the drain (MB)."""
+    """The largest growth of a worker process's resident size during the drain: its peak
+    less its size when the drain began (MB)."""
     peak_mb: float = 0.0
-    """The largest peak resident size of a worker process (MB), start included."""
+    """The largest peak resident size of a worker process during the drain (MB)."""
+    in_use_mb: float = 0.0
+    """The largest growth of a worker process's malloc'd bytes in use during the drain (MB)."""
     rate: float = 0.0
     """Tasks per second of the drain."""
 
@@ -289,7 +298,7 @@ def run_pubsub(
                 raise SystemExit(f"worker exited with {w.returncode}")
         batches = []
         calls = skipped = empty = 0
-        grown = peak = 0.0
+        grown = peak = in_use = 0.0
         for n in range(processes):
             report = json.loads(Path(tmp, f"out-{n}.json").read_text())
             batches += [tuple(b) for b in report["batches"]]
@@ -298,8 +307,10 @@ def run_pubsub(
             empty += report["empty"]
             grown = max(grown, report["grown_mb"])
             peak = max(peak, report["peak_mb"])
+            in_use = max(in_use, report["in_use_mb"])
     outcome = summarize(pairs, batches, start)  # type: ignore[arg-type]
     outcome.empty, outcome.grown_mb, outcome.peak_mb = empty, grown, peak
+    outcome.in_use_mb = in_use
     outcome.rate = len(pairs) / max(outcome.drain, 1e-3)
     if first_empty:
         # What the workers left is the figure; nobody leases it afterwards.
@@ -428,7 +439,8 @@ def worker_main(
     Path(tmp, f"ready-{index}").write_text("")
     while not Path(tmp, "go").exists():
         time.sleep(0.01)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = start_peak()
+    in_use = MallocPeak()
     progress = Path(tmp, f"progress-{index}")
 
     def record(done: int) -> None:
@@ -453,8 +465,9 @@ def worker_main(
         )
     finally:
         backend.close()
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    grown_mb = peak_mb - before / 1024
+    peak_mb = peak_resident()
+    grown_mb = peak_mb - before
+    in_use_mb = in_use.stop()
     # Deliveries this process consumed without leasing the task (held tasks given back).
     skipped = sum(backend._book._skipped.values())
     report = {
@@ -464,8 +477,81 @@ def worker_main(
         "empty": empty,
         "grown_mb": grown_mb,
         "peak_mb": peak_mb,
+        "in_use_mb": in_use_mb,
     }
     Path(tmp, f"out-{index}.json").write_text(json.dumps(report))
+
+
+def _status_mb(field: str) -> float | None:
+    """A size from /proc/self/status (VmRSS, VmHWM) in MB; None where there is none."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def start_peak() -> float:
+    """Start measuring this process's peak resident size; its resident size now (MB).
+
+    Not getrusage's ru_maxrss: Linux carries it over exec from the process that started this
+    one, so a worker started by a benchmark holding 300 MB of payloads reported 300 MB at
+    start. Linux's VmHWM is this process's own peak, and clear_refs 5 restarts it here.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return _status_mb("VmRSS") or 0.0
+
+
+def peak_resident() -> float:
+    """This process's peak resident size (MB) since start_peak (VmHWM; else ru_maxrss)."""
+    peak = _status_mb("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class MallocPeak:
+    """Samples glibc's mallinfo2 every few ms in a thread: the most bytes malloc had handed out
+    at once (protobufs, payloads, Python objects), the live memory, not what it keeps."""
+
+    def __init__(self) -> None:
+        self.peak = self.start = 0
+        self._done = threading.Event()
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c"))
+            self._info = libc.mallinfo2
+        except (OSError, AttributeError, TypeError):
+            return
+        self._info.restype = _MallInfo2
+        self.start = self.peak = self._used()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _used(self) -> int:
+        info = self._info()
+        return int(info.uordblks + info.hblkhd)
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.002):
+            self.peak = max(self.peak, self._used())
+
+    def stop(self) -> float:
+        """Stop sampling; the peak less the start, in MB."""
+        self._done.set()
+        return (self.peak - self.start) / 2**20
+
+
+_MALLINFO2_HEAD = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t) for name in (*_MALLINFO2_HEAD, "uordblks", "fordblks", "keepcost")
+    ]
 
 
 def count_calls(rpc: object, names: list[str]) -> list[int]:
@@ -531,6 +617,7 @@ def main(argv: list[str] | None = None) -> None:
         f" {'tasks/s':>8}"
         f" {'leases':>7} {'empty':>6} {'left':>5} {'lost':>5} {'late':>5} {'mixed':>6}"
         f" {'dups':>5} {'calls/lease':>11} {'deliv/task':>10} {'grown MB':>8} {'peak MB':>7}"
+        f" {'in use MB':>9}"
     )
     for payload_bytes, tags in itertools.product(args.payload_bytes, args.tags):
         rows: dict[str, list[Outcome]] = {"memory": [], "pubsub": []}
@@ -577,7 +664,8 @@ def main(argv: list[str] | None = None) -> None:
                 f" {statistics.median(o.calls_per_lease for o in outcomes):>11.1f}"
                 f" {statistics.median(o.deliveries_per_task for o in outcomes):>10.3f}"
                 f" {statistics.median(o.grown_mb for o in outcomes):>8.0f}"
-                f" {statistics.median(o.peak_mb for o in outcomes):>7.0f}",
+                f" {statistics.median(o.peak_mb for o in outcomes):>7.0f}"
+                f" {statistics.median(o.in_use_mb for o in outcomes):>9.0f}",
                 flush=True,
             )
         if args.plain:

@@ -7,15 +7,21 @@ must not hold more than PULLQUEUE_PUBSUB_HOLD_BYTES of tasks it has not leased y
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
 
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub.rpc import PubSubRpc
+from pullqueue.adapters.pubsub.wire import decode
 from tests.pubsub.conftest import MakeBackend
+from tests.support.tcpproxy import TcpProxy
 
 KB = 1000
 
@@ -32,11 +38,18 @@ def _add(queue: Queue, size: int, per_tag: int, tags: int) -> set[bytes]:
     return payloads
 
 
-def _drain_by_tag(queue: Queue, count: int, max_tasks: int, seconds: float) -> list[list[Task]]:
+def _heads(payloads: Iterable[bytes]) -> list[bytes]:
+    """The payloads without their padding, sorted (a failure then shows which are missing)."""
+    return sorted(p.rstrip(b"x") for p in payloads)
+
+
+def _drain_by_tag(
+    queue: Queue, count: int, max_tasks: int, seconds: float, *, group_by_tag: bool = True
+) -> list[list[Task]]:
     batches: list[list[Task]] = []
     give_up = time.monotonic() + seconds
     while sum(map(len, batches)) < count and time.monotonic() < give_up:
-        batch = queue.lease(60, max_tasks, group_by_tag=True)  # any error fails the test
+        batch = queue.lease(60, max_tasks, group_by_tag=group_by_tag)  # any error fails the test
         if batch:
             queue.delete(batch)
             batches.append(batch)
@@ -134,3 +147,78 @@ def test_a_round_of_pulls_brings_at_most_its_bytes(
     assert sorted(leased) == sorted(payloads)
     # A message's attributes and framing add a little to its payload.
     assert 0 < _most_at_once(spans) <= 2 * 2**20 + 10 * KB
+
+
+def test_a_pull_waiting_briefly_still_receives_the_large_answer_it_was_sent(
+    make_backend: MakeBackend,
+) -> None:
+    # 12 tasks of 1 MB ready on one shard: the server answers a pull of them at once, handing
+    # them out for their 60 s ack deadline, and the 12 MB answer takes a while to arrive. A
+    # pull waiting 10 ms for messages must receive it, not drop it at a 10 ms deadline (its
+    # tasks would then stay hidden for a minute).
+    backend = make_backend()
+    queue = Queue("brief", backend)
+    payloads = _add(queue, 1000 * KB, per_tag=12, tags=1)
+    shard = backend.topology("brief").sources_of("tag-0")[0]
+    received: list[bytes] = []
+    give_up = time.monotonic() + 10
+    while len(received) < len(payloads) and time.monotonic() < give_up:
+        answer = backend.rpc.pull(shard, 100, queue="brief", wait=0.01, budget=5)
+        received += [item.message.data for item in answer]
+    assert _heads(received) == _heads(payloads)
+
+
+@pytest.mark.parametrize("group_by_tag", [True, False], ids=["by-tag", "plain"])
+def test_answers_slow_to_arrive_are_received_not_dropped(
+    make_backend: MakeBackend,
+    emulator: str,
+    monkeypatch: pytest.MonkeyPatch,
+    group_by_tag: bool,
+) -> None:
+    # Answers arrive at 10 MB/s; a round of pulls asks for 4 MiB, so an answer of 1 MB tasks
+    # takes up to 0.4 s in transfer, longer than a lease's next pull waits for messages
+    # (0.25 s). Every task is leased within seconds, none only after its 60 s ack deadline.
+    with TcpProxy(emulator, rate=10e6) as link:
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", link.address)
+        queue = Queue("slow", make_backend(pubsub_pull_bytes=4 * 2**20))
+        payloads = _add(queue, 1000 * KB, per_tag=10, tags=2)
+        batches = _drain_by_tag(queue, len(payloads), 1000, seconds=30, group_by_tag=group_by_tag)
+        assert _heads(t.payload for b in batches for t in b) == _heads(payloads)
+
+
+_MALLINFO2 = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks")
+_MALLINFO2 += ("uordblks", "fordblks", "keepcost")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2]
+
+
+def _malloced() -> int:
+    """Bytes glibc's malloc has handed out and not had back (what protobufs and payloads hold)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc.mallinfo2.restype = _MallInfo2
+    gc.collect()
+    info = libc.mallinfo2()
+    return int(info.uordblks + info.hblkhd)
+
+
+def test_a_held_delivery_keeps_its_payload_not_its_whole_pull_answer(
+    make_backend: MakeBackend,
+) -> None:
+    # A pull brings 8 tasks of 1 MB; one of them stays in hand (or leased) while the others
+    # are served and gone: the memory it keeps is its own megabyte, not the 8 MB answer.
+    backend = make_backend()
+    queue = Queue("kept", backend)
+    _add(queue, 1000 * KB, per_tag=8, tags=1)
+    shard = backend.topology("kept").sources_of("tag-0")[0]
+    before = _malloced()
+    answer: list[Any] = []
+    give_up = time.monotonic() + 10
+    while len(answer) < 8 and time.monotonic() < give_up:
+        answer += backend.rpc.pull(shard, 8, queue="kept", wait=1, budget=5)
+    deliveries = [decode(shard, item, time.time()) for item in answer]
+    kept = deliveries[0]
+    del answer, deliveries
+    assert len(kept.payload) == 1000 * KB
+    assert _malloced() - before < 3 * 2**20

@@ -11,6 +11,7 @@ import select
 import socket
 import struct
 import threading
+import time
 from typing import Literal
 
 Mode = Literal["refuse", "blackhole"]
@@ -34,11 +35,15 @@ class TcpProxy:
     bytes in either direction are read and dropped and new connections are accepted and then
     ignored (packets lost on a broken path), so callers only notice through their timeouts.
     `restore()` resets whatever the cut left hanging and forwards again.
+
+    `rate` (bytes a second) passes what the target sends at that pace: a slow or loaded link,
+    where an answer of megabytes takes a good part of a second to arrive.
     """
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, *, rate: float | None = None) -> None:
         host, _, port = target.rpartition(":")
         self.target = (host, int(port))
+        self.rate = rate
         self._lock = threading.Lock()
         self._connections: list[tuple[socket.socket, socket.socket]] = []
         self._mode: Mode | None = None
@@ -171,6 +176,8 @@ class TcpProxy:
                         return
                     if self._mode is not None or server is None:
                         continue
+                    if sock is server and self.rate:
+                        time.sleep(len(data) / self.rate)
                     (server if sock is client else client).sendall(data)
         except (OSError, ValueError):
             return

@@ -789,6 +789,9 @@ class PubSubBackend:
                 aside.append(delivery)
                 continue
             served.append(delivery)
+        # The answer as parsed (as big again as its payloads; any part of it keeps it all) goes
+        # before the calls below.
+        del received, results, item
         self._book.seen(queue, [(d.name, d.message_id) for d in served])
         gone = self._book.dropped_among(d.message_id for d in served)
         if gone:

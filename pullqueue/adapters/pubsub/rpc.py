@@ -41,6 +41,16 @@ MAX_ACK_DEADLINE = 600
 """Pub/Sub's longest ack deadline, in seconds."""
 UNLIMITED = -1
 """gRPC's 'no limit' for a channel's message sizes (what the Google clients set for Pub/Sub)."""
+PULL_DEADLINE = 1.0
+"""The shortest deadline a pull is sent with (s): the time its answer has to arrive.
+
+A server hands messages out the moment it answers a pull; an answer still in transfer when the
+client's deadline passes is dropped, and its messages stay hidden until their ack deadline. The
+emulator answers a pull at once when it has messages, else when one comes or 1 s before the
+deadline it was sent (at once under 1 s): a deadline of the wait alone (0.25 s for a lease's
+next pull) gave a 16 MiB answer of 1 MB payloads a quarter of a second to arrive. No shorter
+deadline; longer only as the wait is longer, so an empty pull still answers as soon as before.
+"""
 TOO_LARGE = "larger than max"
 """In gRPC's RESOURCE_EXHAUSTED message when an answer is over the channel's receive limit."""
 
@@ -143,9 +153,12 @@ class PubSubRpc:
     def pull(
         self, subscription: str, max_messages: int, *, queue: str, wait: float, budget: float
     ) -> list[Any]:
-        """Up to max_messages ReceivedMessage protobufs, waiting at most `wait` s for the first.
+        """Up to max_messages ReceivedMessage protobufs, waiting up to `wait` s for the first.
 
-        A pull that finds nothing within `wait` is an empty answer, not an error. An answer
+        The deadline sent is `wait`, never under PULL_DEADLINE (the budget grows to allow it), so
+        an answer the server sends is received rather than dropped in transfer. A pull that
+        finds nothing in time is an empty answer, not an error (the emulator answers [] before
+        the deadline; a server that lets it pass is answered [] too). An answer
         over the channel's receive limit is asked again for half as many messages (down to one),
         and the subscription's pulls ask for at most that many from then on, so one oversized
         answer never stalls a subscription; the refused answer's messages come back when their
@@ -169,8 +182,13 @@ class PubSubRpc:
                     continue
                 return list(pubsub_types.PullResponse.pb(response).received_messages)
 
+        deadline = max(wait, PULL_DEADLINE)
         return self.call(
-            pull, queue=queue, resource=subscription, budget=budget, attempt_timeout=wait
+            pull,
+            queue=queue,
+            resource=subscription,
+            budget=max(budget, deadline),
+            attempt_timeout=deadline,
         )
 
     def pull_many(

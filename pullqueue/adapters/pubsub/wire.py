@@ -186,7 +186,9 @@ def decode(subscription: str, received: object, pulled_at: float) -> Delivery:
     into another tag's batches.
     """
     message = received.message  # type: ignore[attr-defined]
-    attributes = message.attributes
+    # Copied out: the protobuf's map (like any part of it) keeps the whole pull answer alive,
+    # megabytes of other tasks' payloads, for as long as this one task is held or leased.
+    attributes = dict(message.attributes)
     message_id = message.message_id
     ignored: list[str] = []
     name = attributes.get(ATTR_TASK_NAME)
