@@ -155,7 +155,7 @@ def test_a_pull_waiting_briefly_still_receives_the_large_answer_it_was_sent(
     # 12 tasks of 1 MB ready on one shard: the server answers a pull of them at once, handing
     # them out for their 60 s ack deadline, and the 12 MB answer takes a while to arrive. A
     # pull waiting 10 ms for messages must receive it, not drop it at a 10 ms deadline (its
-    # tasks would then stay hidden for a minute).
+    # tasks would then stay hidden for a minute): the deadline allows for the answer's size.
     backend = make_backend()
     queue = Queue("brief", backend)
     payloads = _add(queue, 1000 * KB, per_tag=12, tags=1)
@@ -163,7 +163,10 @@ def test_a_pull_waiting_briefly_still_receives_the_large_answer_it_was_sent(
     received: list[bytes] = []
     give_up = time.monotonic() + 10
     while len(received) < len(payloads) and time.monotonic() < give_up:
-        answer = backend.rpc.pull(shard, 100, queue="brief", wait=0.01, budget=5)
+        # The size of a message, as the adapter passes it once it has seen the subscription's.
+        answer = backend.rpc.pull(
+            shard, 100, queue="brief", wait=0.01, budget=5, message_bytes=1000 * KB
+        )
         received += [item.message.data for item in answer]
     assert _heads(received) == _heads(payloads)
 
@@ -222,3 +225,39 @@ def test_a_held_delivery_keeps_its_payload_not_its_whole_pull_answer(
     del answer, deliveries
     assert len(kept.payload) == 1000 * KB
     assert _malloced() - before < 3 * 2**20
+
+
+def _deadlines(backend: Any) -> list[tuple[int, float]]:
+    """Record (max_messages, deadline sent) of every pull the backend's client makes."""
+    sent: list[tuple[int, float]] = []
+    pull = backend.rpc.subscriber.pull
+
+    def recorded(*, request: Any, retry: Any, timeout: float) -> Any:
+        sent.append((request.max_messages, timeout))
+        return pull(request=request, retry=retry, timeout=timeout)
+
+    backend.rpc.subscriber.pull = recorded
+    return sent
+
+
+def test_pull_deadlines_allow_for_the_answer_not_a_fixed_second(make_backend: MakeBackend) -> None:
+    # Pub/Sub holds a pull of an empty subscription until the client's deadline, so each
+    # second a deadline adds is paid by every pull that finds nothing. Small tasks: deadlines
+    # stay near the pull's wait. 1 MB tasks: the deadline grows with the answer asked for.
+    small = make_backend()
+    small_queue = Queue("small-deadlines", small)
+    _add(small_queue, 1 * KB, per_tag=50, tags=4)
+    sent = _deadlines(small)
+    _drain_by_tag(small_queue, 200, 1000, seconds=30, group_by_tag=True)
+    wait = small.settings.pubsub_pull_wait
+    deadlines = sorted(deadline for _, deadline in sent)
+    assert deadlines and deadlines[-1] <= wait + 0.2, deadlines[-5:]
+    # The pulls that do not wait for messages (a lease's next pulls wait 0.25 s) stay short.
+    assert deadlines[0] <= 0.25 + 0.2, deadlines[:5]
+    large = make_backend()
+    large_queue = Queue("large-deadlines", large)
+    _add(large_queue, 1000 * KB, per_tag=6, tags=2)
+    sent = _deadlines(large)
+    _drain_by_tag(large_queue, 12, 1000, seconds=30, group_by_tag=True)
+    # A pull asking for several 1 MB tasks is given a second or more for them to arrive.
+    assert any(n >= 8 and deadline >= 1.0 for n, deadline in sent), sent

@@ -132,6 +132,9 @@ class PubSubBackend:
         self._claims = ShardClaims(self.rpc, lambda queue: len(self.topology(queue).shards))
         self._sizes: dict[str, int] = {}
         """Subscription -> bytes per message a pull of it is sized by (see SIZE_GUESS)."""
+        self._message_bytes: dict[str, int] = {}
+        """Subscription -> the largest message of its last answer (or half the one before): the
+        time a pull's answer is given to arrive follows it (rpc.answer_time)."""
         self._hands: dict[str, Hand] = {}
         """Queue -> this process's hand of it (pubsub/hand.py): its held tasks and their rules."""
         self._closed = False
@@ -738,7 +741,11 @@ class PubSubBackend:
         # One round of pulls brings at most pubsub_pull_bytes (and a hand's worth), by the size
         # estimate: the answer is in memory about three times over (received, parsed, copied).
         fits = self._fitting(source, self._pull_bytes())
-        total = max(1, min(max_messages, 1000, fits))
+        known = self._message_bytes.get(source)
+        # A subscription nothing was pulled from yet is asked for one message first: its size
+        # sets how long the next answers are given to arrive (rpc.answer_time), and an empty
+        # one costs a pull's wait and the least of that time on Pub/Sub, not the most.
+        total = max(1, min(max_messages, 1000, fits)) if known is not None else 1
         parts = min(PARALLEL_PULLS, math.ceil(total / PULL_SHARE)) if spread else 1
         sizes = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
         pulled_at = time.time()
@@ -748,6 +755,7 @@ class PubSubBackend:
             queue=queue,
             wait=max(min(wait, remaining), 0.05),
             budget=max(remaining, 0.05),
+            message_bytes=known or SIZE_GUESS,
         )
         received = [item for result in results for item in result]
         if not received:
@@ -756,6 +764,7 @@ class PubSubBackend:
             return None
         largest = max(item.message.ByteSize() for item in received)
         self._sizes[source] = max(largest, self._sizes.get(source, SIZE_GUESS) // 8)
+        self._message_bytes[source] = max(largest, self._message_bytes.get(source, 0) // 2)
         rule = topology.rules[source]
         now = time.time()
         foreign: list[str] = []

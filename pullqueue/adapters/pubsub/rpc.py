@@ -41,16 +41,28 @@ MAX_ACK_DEADLINE = 600
 """Pub/Sub's longest ack deadline, in seconds."""
 UNLIMITED = -1
 """gRPC's 'no limit' for a channel's message sizes (what the Google clients set for Pub/Sub)."""
-PULL_DEADLINE = 1.0
-"""The shortest deadline a pull is sent with (s): the time its answer has to arrive.
+ANSWER_RATE = 8 * 2**20
+"""Bytes a second a pull's answer is given to arrive in, on top of its wait (s): the deadline
+sent is the wait plus the expected answer's bytes at this rate, within ANSWER_TIME.
 
 A server hands messages out the moment it answers a pull; an answer still in transfer when the
-client's deadline passes is dropped, and its messages stay hidden until their ack deadline. The
-emulator answers a pull at once when it has messages, else when one comes or 1 s before the
-deadline it was sent (at once under 1 s): a deadline of the wait alone (0.25 s for a lease's
-next pull) gave a 16 MiB answer of 1 MB payloads a quarter of a second to arrive. No shorter
-deadline; longer only as the wait is longer, so an empty pull still answers as soon as before.
+client's deadline passes is dropped, and its messages stay hidden until their ack deadline
+(late, never lost). A deadline of the wait alone (0.25 s for a lease's next pulls) gave a
+16 MiB answer of 1 MB payloads a quarter of a second to arrive. But Pub/Sub holds a pull of an
+empty subscription until the client's deadline (it answers DEADLINE_EXCEEDED then, which is an
+empty answer here), so every second added is a second more on each pull that finds nothing: the
+allowance follows the answer's expected size rather than a fixed floor.
 """
+ANSWER_TIME = (0.05, 2.0)
+"""Least and most seconds a pull's answer is given to arrive in, beyond the pull's wait."""
+
+
+def answer_time(answer_bytes: int) -> float:
+    """Seconds an answer of about answer_bytes is given to arrive in, beyond the pull's wait."""
+    low, high = ANSWER_TIME
+    return min(max(answer_bytes / ANSWER_RATE, low), high)
+
+
 TOO_LARGE = "larger than max"
 """In gRPC's RESOURCE_EXHAUSTED message when an answer is over the channel's receive limit."""
 
@@ -151,14 +163,22 @@ class PubSubRpc:
         return self.call(send, queue=queue, resource=topic)
 
     def pull(
-        self, subscription: str, max_messages: int, *, queue: str, wait: float, budget: float
+        self,
+        subscription: str,
+        max_messages: int,
+        *,
+        queue: str,
+        wait: float,
+        budget: float,
+        message_bytes: int = 0,
     ) -> list[Any]:
         """Up to max_messages ReceivedMessage protobufs, waiting up to `wait` s for the first.
 
-        The deadline sent is `wait`, never under PULL_DEADLINE (the budget grows to allow it), so
-        an answer the server sends is received rather than dropped in transfer. A pull that
-        finds nothing in time is an empty answer, not an error (the emulator answers [] before
-        the deadline; a server that lets it pass is answered [] too). An answer
+        The deadline sent is `wait` plus the time an answer of max_messages messages of
+        message_bytes each takes to arrive (answer_time; the budget grows to allow it), so an
+        answer the server sends is received rather than dropped in transfer. A pull that finds
+        nothing in time is an empty answer, not an error (the emulator answers [] before the
+        deadline; Pub/Sub lets it pass, which is answered [] too). An answer
         over the channel's receive limit is asked again for half as many messages (down to one),
         and the subscription's pulls ask for at most that many from then on, so one oversized
         answer never stalls a subscription; the refused answer's messages come back when their
@@ -182,7 +202,7 @@ class PubSubRpc:
                     continue
                 return list(pubsub_types.PullResponse.pb(response).received_messages)
 
-        deadline = max(wait, PULL_DEADLINE)
+        deadline = wait + answer_time(max_messages * message_bytes)
         return self.call(
             pull,
             queue=queue,
@@ -192,7 +212,14 @@ class PubSubRpc:
         )
 
     def pull_many(
-        self, subscription: str, sizes: Sequence[int], *, queue: str, wait: float, budget: float
+        self,
+        subscription: str,
+        sizes: Sequence[int],
+        *,
+        queue: str,
+        wait: float,
+        budget: float,
+        message_bytes: int = 0,
     ) -> tuple[list[list[Any]], Error | None]:
         """Several pulls at once (one per size): what each brought, and the first failure.
 
@@ -201,10 +228,24 @@ class PubSubRpc:
         one fails, so the caller can keep it before raising.
         """
         if len(sizes) == 1:
-            return [self.pull(subscription, sizes[0], queue=queue, wait=wait, budget=budget)], None
+            answer = self.pull(
+                subscription,
+                sizes[0],
+                queue=queue,
+                wait=wait,
+                budget=budget,
+                message_bytes=message_bytes,
+            )
+            return [answer], None
         futures = [
             self._pool().submit(
-                self.pull, subscription, size, queue=queue, wait=wait, budget=budget
+                self.pull,
+                subscription,
+                size,
+                queue=queue,
+                wait=wait,
+                budget=budget,
+                message_bytes=message_bytes,
             )
             for size in sizes
         ]
