@@ -215,7 +215,6 @@ def test_a_held_delivery_keeps_its_payload_not_its_whole_pull_answer(
     queue = Queue("kept", backend)
     _add(queue, 1000 * KB, per_tag=8, tags=1)
     shard = backend.topology("kept").sources_of("tag-0")[0]
-    before = _malloced()
     answer: list[Any] = []
     give_up = time.monotonic() + 10
     while len(answer) < 8 and time.monotonic() < give_up:
@@ -224,7 +223,12 @@ def test_a_held_delivery_keeps_its_payload_not_its_whole_pull_answer(
     kept = deliveries[0]
     del answer, deliveries
     assert len(kept.payload) == 1000 * KB
-    assert _malloced() - before < 3 * 2**20
+    # What the one delivery keeps alive is what letting it go gives back (measured over a
+    # moment, so other threads of the process hardly move the figure).
+    held = _malloced()
+    del kept
+    freed = held - _malloced()
+    assert 900 * KB <= freed < 3 * 2**20, freed
 
 
 def _deadlines(backend: Any) -> list[tuple[int, float]]:

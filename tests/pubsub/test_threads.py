@@ -83,7 +83,10 @@ def test_a_lease_without_tag_waits_for_another_thread_serving_the_hand(
     # from another thread must wait for it, not answer [] from the empty hand meanwhile.
     backend = make_backend()
     queue = Queue("threaded-untagged", backend)
-    queue.add([Task(f"p{i}".encode(), tag="tag-a") for i in range(5)])
+    queue.add([Task(f"p{i}".encode(), tag="tag-a") for i in range(6)])
+    # The first pull of a subscription asks for one task (its size sets the next pulls'
+    # deadlines); the second brings the rest, held for the next leases.
+    assert len(queue.lease(60, 1, tag="tag-a")) == 1
     assert len(queue.lease(60, 1, tag="tag-a")) == 1  # the other four are held now
     hand = backend._hand("threaded-untagged")
     assert hand.count() == 4
