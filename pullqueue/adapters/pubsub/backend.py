@@ -506,17 +506,17 @@ class PubSubBackend:
     def _gather(
         self, queue: str, topology: QueueTopology, hand: list[Delivery], end: float, *, fresh: bool
     ) -> tuple[list[Delivery], set[str], set[str]]:
-        """The hand plus the heads of the subscriptions it has nothing from, with the
-        subscription of the oldest drained into it (again while that changes); the
-        subscriptions drained, and those of them the hand had no room for all of (their tasks
-        are not candidates for the oldest then, unless nothing else is in hand). `fresh`
-        ignores the marks of subscriptions found empty or claimed a moment ago.
+        """The hand plus the heads of the subscriptions it has nothing from (of the shards,
+        those whose token this process holds or wins), with the subscription of the oldest
+        drained into it (again while that changes), the oldest weighed with the first tasks
+        probes saw a moment ago and gave back; the subscriptions drained, and those of them the
+        hand had no room for all of (their tasks are not candidates for the oldest then, unless
+        nothing else is in hand). `fresh` ignores the marks of subscriptions found empty or
+        claimed a moment ago and the remembered first tasks.
 
-        Heads of shards another process drains are given back to it. In the last look
-        (`fresh`) their claims are then asked for once more: the claimant may have drained the
-        shard while the heads were here, found it empty and given its claim back, and then this
-        process drains them; if the claim is still held, its holder has yet to take its own
-        last look, which sees them.
+        Tasks in hand of a shard another process holds (a lease without tag pulled them) are
+        given back to it; in the last look (`fresh`) its claim is asked for once more. Heads
+        probed and not drained are given back with their tokens (_give_probes_back).
         """
         held = self._hand(queue)
         drained: set[str] = set()

@@ -46,7 +46,8 @@ a last look): every look holds the free tokens and the census for a moment, so i
 looking often would keep them from each other."""
 CLAIM_SETTLE = 2.0
 """Seconds after winning a shard's claim in which this process pulls the shard again even when
-it drained it to empty: other processes give back the heads of it they probed meanwhile."""
+it drained it to empty: a task given back to it just before (by a lease without tag, or a hold
+that ran out) would otherwise wait for a later call."""
 SETTLE_WAIT = 1.0
 """Seconds the keeper waits for a lease call serving the hand before it settles the hand later."""
 
@@ -116,10 +117,10 @@ class Hand:
         """Subscription -> the age of its first task, seen by a probe and given back, and until
         when (monotonic) that is trusted."""
         self._elsewhere = 0.0
-        self._grab_pause = 0.0
-        """Until when (monotonic) looks at the claims subscription other than last looks wait."""
         """Until when (monotonic) another process is taken to hold a shard's token: the last
         look at the claims subscription saw a token neither free nor this process's."""
+        self._grab_pause = 0.0
+        """Until when (monotonic) looks at the claims subscription other than last looks wait."""
         self._whole: dict[str, tuple[int, int]] = {}
         """Subscription -> most tasks and bytes the hand held of it after a drain to empty: what
         room a drain of a subscription is expected to need."""
@@ -430,12 +431,6 @@ class Hand:
             for source in [s for s, (_, until) in self._heads.items() if until <= now]:
                 del self._heads[source]
             return {s: key for s, (key, _) in self._heads.items()}
-
-    def forget(self, sources: Iterable[str]) -> None:
-        """The subscriptions were drained, found empty or claimed: their heads are stale."""
-        with self._lock:
-            for source in sources:
-                self._heads.pop(source, None)
 
     def unclaimed(self, source: str) -> bool:
         """True for a shard this process drained finding no token at all."""
