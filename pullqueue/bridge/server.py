@@ -8,20 +8,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 
 from aiohttp import web
 
 from pullqueue.bridge.app import Bridge
 
+logger = logging.getLogger("pullqueue.bridge")
+
 DEFAULT_LISTEN = "127.0.0.1:10001"
+CLOSE_IDLE = 1.0
+"""Seconds aiohttp's own shutdown waits on a connection once the bridge's calls are done: a
+connection accepted in the instant the listening socket closed can sit idle (aiohttp drops
+what it sends once shutdown began) and would otherwise hold the exit for the whole timeout."""
 
 
 async def _start(bridge: Bridge, host: str, port: int) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(
-        bridge.application(), access_log=None, handle_signals=False, shutdown_timeout=30.0
+        bridge.application(), access_log=None, handle_signals=False, shutdown_timeout=CLOSE_IDLE
     )
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
@@ -49,15 +57,42 @@ def serve(
         if on_ready is not None:
             on_ready(bound)
         await stop.wait()
-        bridge.draining = True
-        # cleanup() closes the listening socket first, then waits for the calls in flight.
-        try:
-            await asyncio.wait_for(runner.cleanup(), grace)
-        except asyncio.TimeoutError:
-            return False
-        return True
+        return await _drain(bridge, runner, grace)
 
     return asyncio.run(main())
+
+
+async def _drain(bridge: Bridge, runner: web.AppRunner, grace: float) -> bool:
+    """Stop taking calls, let those begun finish (up to `grace` s), close the server; whether
+    every call finished and the server closed in time.
+
+    The bridge counts its calls itself, and closes the idle keep-alive connections only once no
+    call is being read: aiohttp drops what a connection sends after that (a call's body too),
+    and its shutdown waits as long on a connection that never carries a call as on a call.
+    """
+    ends = time.monotonic() + grace
+    bridge.draining = True
+    for site in list(runner.sites):
+        await site.stop()
+    # No new connection now; a call on a kept-alive one is answered, then its connection closes.
+    finished = await bridge.calls_finished(grace)
+    if runner.server is not None:
+        runner.server.pre_shutdown()
+    # A call read in the instant before is served still; one that was being read is dropped
+    # unanswered, as nothing of it was done.
+    finished = await bridge.calls_finished(_left(ends), reading=False) and finished
+    if not finished:
+        logger.warning("calls still in flight %g s after the signal: cutting them off", grace)
+    try:
+        await asyncio.wait_for(runner.cleanup(), _left(ends) + 2 * CLOSE_IDLE)
+    except asyncio.TimeoutError:
+        logger.warning("the server did not close within %g s of the signal", grace)
+        return False
+    return finished
+
+
+def _left(ends: float) -> float:
+    return max(ends - time.monotonic(), 0.0)
 
 
 class BackgroundBridge:
@@ -84,7 +119,9 @@ class BackgroundBridge:
     def stop(self) -> None:
         """Stop accepting, finish the calls in flight, stop the thread."""
         if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(60)
+            asyncio.run_coroutine_threadsafe(
+                _drain(self.bridge, self._runner, 30.0), self._loop
+            ).result(60)
             self._runner = None
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)

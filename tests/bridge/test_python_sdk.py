@@ -207,6 +207,13 @@ def test_other_services_are_forwarded_byte_for_byte_to_the_upstream() -> None:
         return web.Response(body=body, content_type="application/octet-stream")
 
     class Upstream:
+        """Served as a BackgroundBridge is: its app, and nothing to drain."""
+
+        draining = False
+
+        async def calls_finished(self, timeout: float, *, reading: bool = True) -> bool:
+            return True
+
         def application(self) -> web.Application:
             app = web.Application()
             app.router.add_post("/rpc_http", upstream_rpc)
