@@ -31,7 +31,7 @@ from pullqueue.adapters.pubsub.layout import (
 from pullqueue.cli import cli
 from pullqueue.errors import ConfigurationError
 from tests.pubsub.conftest import MakeBackend, raw_pull
-from tests.pubsub.test_tag_batching import run_batched_workers
+from tests.pubsub.test_tag_batching import assert_whole_tags, run_batched_workers
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "pubsub.md"
 
@@ -271,9 +271,7 @@ def test_worker_processes_on_a_queue_of_32_shards_lease_whole_tags(
         make_backend, project, tmp_path, processes=4, tags=tags, per_tag=per_tag, seed=3, shards=32
     )
     # Every tag whole: a process drains a shard only while it holds its token.
-    sizes = sorted(len(batch) for batch in batches)
-    assert len(batches) <= tags + 4, sizes
-    assert sum(1 for batch in batches if len(batch) == per_tag) >= 0.95 * tags, sizes
+    assert_whole_tags(batches, tags=tags, per_tag=per_tag, share=0.95, spare=4)
     # The queue the workers opened is the 32-shard one, not one they made with 16.
     assert PubSubBackend(project, settings=Settings()).topology("batched").layout.shards == 32
 
