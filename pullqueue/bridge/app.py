@@ -107,11 +107,6 @@ class Bridge:
             return web.Response(status=503, text="draining\n")
         return web.Response(text="ok\n")
 
-    @property
-    def in_flight(self) -> int:
-        """Calls being answered now."""
-        return self._in_flight
-
     async def calls_finished(self, timeout: float, *, reading: bool = True) -> bool:
         """Wait up to `timeout` seconds until no call is being answered (with `reading` false:
         none past reading its body); whether none is."""

@@ -75,14 +75,12 @@ async def _drain(bridge: Bridge, runner: web.AppRunner, grace: float) -> bool:
     for site in list(runner.sites):
         await site.stop()
     # No new connection now; a call on a kept-alive one is answered, then its connection closes.
-    finished = await bridge.calls_finished(grace)
+    finished = await bridge.calls_finished(_left(ends))
     if runner.server is not None:
         runner.server.pre_shutdown()
     # A call read in the instant before is served still; one that was being read is dropped
     # unanswered, as nothing of it was done.
     finished = await bridge.calls_finished(_left(ends), reading=False) and finished
-    if not finished:
-        logger.warning("calls still in flight %g s after the signal: cutting them off", grace)
     try:
         await asyncio.wait_for(runner.cleanup(), _left(ends) + 2 * CLOSE_IDLE)
     except asyncio.TimeoutError:

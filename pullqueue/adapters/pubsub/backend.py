@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import SplitResult
 
@@ -522,13 +522,14 @@ class PubSubBackend:
         drained: set[str] = set()
         partial: set[str] = set()
         try:
-            probed = self._probe(queue, topology, hand, end, fresh=fresh)
+            # First tasks probes saw a moment ago and gave back: not probed again, but weighed
+            # with the hand.
+            seen = {} if fresh else held.heads(time.monotonic())
+            probed = self._probe(queue, topology, hand, end, seen, fresh=fresh)
             held.probed({d.subscription for d in probed})
             hand += probed
             present = {d.subscription for d in hand}
-            # First tasks probes saw a moment ago and gave back: weighed with the hand.
-            heads = {} if fresh else held.heads(time.monotonic())
-            heads = {s: age for s, age in heads.items() if s not in present}
+            heads = {s: age for s, age in seen.items() if s not in present}
             taken: set[str] = set()
             while candidates := [
                 (_age(d), d.subscription)
@@ -637,6 +638,7 @@ class PubSubBackend:
         topology: QueueTopology,
         hand: list[Delivery],
         end: float,
+        remembered: Mapping[str, object],
         *,
         fresh: bool = False,
     ) -> list[Delivery]:
@@ -644,15 +646,15 @@ class PubSubBackend:
         shards, those whose token this process holds or wins now (other processes' shards are
         left to them), unless the queue has no tokens at all.
 
-        A subscription found empty is not asked again for EMPTY_RECHECK seconds, nor one whose
-        head a probe saw a moment ago (unless `fresh`: then every free token is looked for);
+        A subscription found empty is not asked again for EMPTY_RECHECK seconds (unless `fresh`:
+        then every free token is looked for), nor one `remembered` (its head a probe saw a
+        moment ago);
         deferred tasks a probe brings are hidden until their ETA, so the probes continue past
         them.
         """
         now = time.monotonic()
         present = {d.subscription for d in hand}
         held = self._hand(queue)
-        remembered = {} if fresh else held.heads(now)
         sources = [
             s
             for s in topology.sources
