@@ -46,6 +46,7 @@ _heappush = heapq.heappush
 _heappop = heapq.heappop
 _heapify = heapq.heapify
 _MINUTE_USEC = 60 * USEC
+_HOUR_USEC = 3600 * USEC
 _COMPACT_SLACK = 4096
 
 
@@ -134,26 +135,35 @@ class _EtaOrder:
         return sum(map(len, self.buckets.values()))
 
 
-class _LastMinute:
-    """A count of events in the last 60 seconds: (time, count) pairs, dropped as they age."""
+class _Recent:
+    """A count of events in the last `span` microseconds: (time, count) pairs, dropped as they
+    age; events less than `merge` microseconds after the newest kept pair join it, which bounds
+    an hour's pairs at 3,600 with `merge` one second (they then age up to that much early)."""
 
-    __slots__ = ("_events", "_total")
+    __slots__ = ("_events", "_merge", "_span", "_total")
 
-    def __init__(self) -> None:
+    def __init__(self, span: int, merge: int = 0) -> None:
         self._events: deque[tuple[int, int]] = deque()
         self._total = 0
+        self._span = span
+        self._merge = merge
 
     def add(self, now: int, count: int) -> None:
         """Record `count` events at `now` (microseconds)."""
         if count:
-            self._events.append((now, count))
+            events = self._events
+            if self._merge and events and now - events[-1][0] < self._merge:
+                at, before = events[-1]
+                events[-1] = (at, before + count)
+            else:
+                events.append((now, count))
             self._total += count
             self.total(now)
 
     def total(self, now: int) -> int:
-        """The events of the 60 seconds up to now."""
+        """The events of the span up to now."""
         events = self._events
-        while events and events[0][0] <= now - _MINUTE_USEC:
+        while events and events[0][0] <= now - self._span:
             self._total -= events.popleft()[1]
         return self._total
 
@@ -165,6 +175,7 @@ class _QueueState:
         "by_tag",
         "completed",
         "executed",
+        "executed_hour",
         "items",
         "leased",
         "leases",
@@ -183,8 +194,9 @@ class _QueueState:
         self.leases = _EtaOrder()
         self.leased = 0
         self.items = 0
-        self.executed = _LastMinute()  # tasks leased
-        self.completed = _LastMinute()  # leased tasks deleted by their holder
+        self.executed = _Recent(_MINUTE_USEC)  # tasks leased
+        self.executed_hour = _Recent(_HOUR_USEC, USEC)
+        self.completed = _Recent(_MINUTE_USEC)  # leased tasks deleted by their holder
 
     def wait(self, entry: _Entry) -> None:
         """Index a task that is not under lease (just added, released or its lease ended)."""
@@ -434,6 +446,7 @@ class MemoryBackend:
                 chosen = state.take(state.waiting, now, max_tasks)
             leased = self._hand_out(queue, state, chosen, now + _usec(lease_seconds))
             state.executed.add(now, len(leased))
+            state.executed_hour.add(now, len(leased))
             state.maybe_compact()
             return leased
 
@@ -559,6 +572,7 @@ class MemoryBackend:
                 oldest_eta=min(etas) / USEC if etas else None,
                 leased=state.leased,
                 executed_last_minute=state.executed.total(now),
+                executed_last_hour=state.executed_hour.total(now),
             )
 
     def list_tasks(self, queue: str) -> Iterator[Task]:
@@ -589,6 +603,12 @@ class MemoryBackend:
                 entries = (e for e in entries if (e.eta, e.name) > cursor)
             page = heapq.nsmallest(limit, entries, key=lambda e: (e.eta, e.name))
             return [_listed(e, queue) for e in page]
+
+    def tombstoned(self, queue: str, names: Sequence[str]) -> set[str]:
+        """The names among `names` used in the queue whose task is gone (deleted, purged)."""
+        with self._lock:
+            state = self._queue(queue)
+            return {n for n in names if n in state.used_names and n not in state.tasks}
 
     def tag_counts(self, queue: str) -> dict[str | None, int]:
         """Tasks per tag (None: untagged), leased ones included."""

@@ -17,6 +17,7 @@ from pullqueue.cli.base import (
     EXIT_USAGE,
     Command,
     Count,
+    FiniteFloat,
     connect_backend,
     fail,
     serve_metrics,
@@ -71,17 +72,35 @@ backend closed), 1 that it could not serve (the message says why).""",
     help="Serve Prometheus metrics on this port at /metrics; needs the metrics extra: pip"
     " install 'pullqueue[metrics]'.",
 )
+@click.option(
+    "--default-deadline",
+    type=FiniteFloat(0, 3600, min_open=True),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Deadline of a call whose request names none (Python 2.7's remote_api_stub never"
+    " does; the other SDKs always do): past it the call fails with DeadlineExceededError.",
+)
+@click.option(
+    "--app-id",
+    default=lambda: os.environ.get("GOOGLE_CLOUD_PROJECT") or "pullqueue-bridge",
+    show_default="env GOOGLE_CLOUD_PROJECT, else pullqueue-bridge",
+    help="App id answered to remote_api_stub.ConfigureRemoteApi(None, ...) (Python 2.7).",
+)
 def bridge(
     url: str | None,
     listen: str,
     upstream: str | None,
     ticket_file: Path | None,
     metrics_port: int | None,
+    default_deadline: float,
+    app_id: str,
 ) -> None:
     """Serve the App Engine taskqueue API at http://HOST:PORT/rpc_http, on a pullqueue backend.
 
     Apps keep their code and their SDK (Python appengine-python-standard, Go
-    google.golang.org/appengine): point API_HOST and API_PORT at the bridge and their
+    google.golang.org/appengine; Python 2.7's 1.9.x SDK through its remote_api_stub at
+    /_ah/remote_api or /rpc_http): point API_HOST and API_PORT at the bridge and their
     lease_tasks / LeaseByTag / delete calls reach the backend, with the legacy semantics and
     errors. One bridge per worker instance (a sidecar) is the intended shape.
     """
@@ -108,7 +127,13 @@ def bridge(
     endpoint = serve_metrics(metrics_port) if metrics_port is not None else None
     backend = connect_backend(url, shared=True)
     try:
-        server = Bridge(backend, ticket=ticket, upstream=upstream)
+        server = Bridge(
+            backend,
+            ticket=ticket,
+            upstream=upstream,
+            default_deadline=default_deadline,
+            app_id=app_id,
+        )
 
         def ready(bound: int) -> None:
             shown = f"[{host}]" if ":" in host else host

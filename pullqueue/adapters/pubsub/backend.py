@@ -1252,6 +1252,13 @@ class PubSubBackend:
             whole_queue=False,
         )
 
+    def tombstoned(self, queue: str, names: Sequence[str]) -> set[str] | None:
+        """The names among `names` the name registry holds tombstoned (deleted or purged within
+        its tombstone time); None without a registry, which is the only place names are kept."""
+        if self.names is None:
+            return None
+        return self.names.tombstoned(queue, names)
+
     def list_queues(self) -> list[str]:
         """The queues provisioned in the project (see pubsub/inventory.py)."""
         from pullqueue.adapters.pubsub.inventory import provisioned_queues
