@@ -234,7 +234,50 @@ def pickles():
         out(type(exc).__module__ + "." + type(exc).__name__, [str(exc)] + fields)
 
 
+def bench():
+    """Calls per second (benchmarks/bridge_py27.py): BENCH_SECONDS of add(1) + lease(1) + delete,
+    then of lease(100) + delete of 100 tasks added beforehand, on BENCH_THREADS threads."""
+    seconds = float(os.environ.get("BENCH_SECONDS", "3"))
+    threads_wanted = int(os.environ.get("BENCH_THREADS", "1"))
+    counts = collections.Counter()
+    lock = threading.Lock()
+
+    def single(queue):
+        q = taskqueue.Queue(queue)
+        calls = 0
+        ends = time.time() + seconds
+        while time.time() < ends:
+            q.add(taskqueue.Task(payload="x", method="PULL"))
+            q.delete_tasks(q.lease_tasks(60, 1))
+            calls += 3
+        with lock:
+            counts["single"] += calls
+
+    def batch(queue):
+        q = taskqueue.Queue(queue)
+        calls = 0
+        ends = time.time() + seconds
+        while time.time() < ends:
+            q.add([taskqueue.Task(payload="x", method="PULL") for _ in range(100)])
+            q.delete_tasks(q.lease_tasks(60, 100))
+            calls += 3
+        with lock:
+            counts["batch"] += calls
+
+    for kind in (single, batch):
+        workers = [
+            threading.Thread(target=kind, args=("pull-queue" if i % 2 else "other",))
+            for i in range(threads_wanted)
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    out("calls_per_second", {k: v / seconds for k, v in counts.items()})
+
+
 SCENARIOS = {
+    "bench": bench,
     "samples": samples,
     "names": names,
     "stale": stale,
