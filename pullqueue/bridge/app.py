@@ -252,6 +252,8 @@ class Bridge:
                 timeout=ClientTimeout(total=max(deadline - time.monotonic(), 0.001) + 1),
             ) as upstream:
                 content = await upstream.read()
+                if wire.REMOTE_STUB_HEADER in request.headers and upstream.status == 200:
+                    content = wire.for_python2(content)
                 return web.Response(
                     status=upstream.status,
                     body=content,

@@ -106,6 +106,25 @@ def rpc_error(code: int, detail: str, *, python2: bool = False) -> bytes:
     return bytes(answer.SerializeToString())
 
 
+def for_python2(answer: bytes) -> bytes:
+    """An upstream's Response with the Python 2 exception a RemoteStub reads added to its
+    error (unchanged when it has none, already has one, or does not parse)."""
+    try:
+        message = Response.FromString(answer)
+    except (DecodeError, ValueError):
+        return answer
+    if message.HasField("exception"):
+        return answer
+    if message.HasField("application_error"):
+        error = message.application_error
+        message.exception = python2_application_error(error.code, error.detail)
+    elif message.HasField("rpc_error"):
+        message.exception = python2_rpc_error(message.rpc_error.code, message.rpc_error.detail)
+    else:
+        return answer
+    return bytes(message.SerializeToString())
+
+
 def python2_rpc_error(code: int, detail: str) -> bytes:
     """A pickle (protocol 2) that Python 2 loads as the `apiproxy_errors` exception of an RPC
     error code (CallNotFoundError, DeadlineExceededError, ArgumentError, else RPCFailedError),

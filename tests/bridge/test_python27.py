@@ -9,6 +9,7 @@ hits the call's deadline, a call the bridge does not serve, a refused ticket, th
 from __future__ import annotations
 
 import binascii
+import http.client
 import json
 import os
 import subprocess
@@ -25,7 +26,7 @@ from pullqueue.adapters.delegating import DelegatingBackend
 from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.bridge import wire
 from pullqueue.bridge.codes import Code
-from pullqueue.bridge.proto.remote_api_pb2 import RpcError
+from pullqueue.bridge.proto.remote_api_pb2 import Request, Response, RpcError
 from pullqueue.listen import free_port
 from tests.bridge.python27 import Missing, interpreter
 from tests.bridge.support import running_bridge
@@ -196,3 +197,53 @@ def test_python_2_loads_each_pickled_error_as_the_sdks_exception(python27: str) 
     assert got[4]["result"] == ["x" * 300, None, None]
     code = int(Code.TASK_ALREADY_EXISTS)
     assert got[5]["result"] == [f"ApplicationError: {code} {detail}", code, detail]
+
+
+def _post(port: int, request: Request, headers: dict[str, str]) -> Response:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request(
+            "POST",
+            "/_ah/remote_api",
+            request.SerializeToString(),
+            {"Content-Type": "application/octet-stream", **headers},
+        )
+        answer = connection.getresponse()
+        assert answer.status == 200
+        return Response.FromString(answer.read())
+    finally:
+        connection.close()
+
+
+def test_only_a_remote_stubs_calls_get_the_python2_exception(python27: str) -> None:
+    unserved = Request(service_name="taskqueue", method="FetchQueues", request=b"")
+    other = Request(service_name="memcache", method="Get", request=b"")
+    with (
+        running_bridge(MemoryBackend()) as upstream,
+        running_bridge(MemoryBackend(), upstream=f"127.0.0.1:{upstream.port}") as server,
+    ):
+        plain = _post(server.port, unserved, {})
+        stub = _post(server.port, unserved, {wire.REMOTE_STUB_HEADER: "1"})
+        forwarded = _post(server.port, other, {wire.REMOTE_STUB_HEADER: "1"})
+    # Python 3 and Go: rpc_error alone, as before.
+    assert plain.rpc_error.code == RpcError.CALL_NOT_FOUND and not plain.HasField("exception")
+    # RemoteStub: the same rpc_error, and the exception it reads, also for an upstream's answer.
+    assert stub.rpc_error == plain.rpc_error
+    assert forwarded.rpc_error.code == RpcError.CALL_NOT_FOUND
+    done = subprocess.run(
+        [python27, str(WORKER), "none", "pickles"],
+        input="".join(
+            json.dumps(binascii.hexlify(r.exception).decode()) + "\n" for r in (stub, forwarded)
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_py27_env(),
+    )
+    assert done.returncode == 0, done.stderr
+    got = [json.loads(line) for line in done.stdout.splitlines()]
+    name = "google.appengine.runtime.apiproxy_errors.CallNotFoundError"
+    assert got == [
+        {"step": name, "result": [stub.rpc_error.detail, None, None]},
+        {"step": name, "result": [forwarded.rpc_error.detail, None, None]},
+    ]
