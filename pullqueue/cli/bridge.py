@@ -37,6 +37,7 @@ Examples:
   API_HOST=127.0.0.1 API_PORT=10001 python main.py      # the app, unchanged
   pullqueue bridge --url pubsub://my-project --upstream appengine.googleapis.internal:10001
   pullqueue bridge --listen 0.0.0.0:10001 --ticket-file /secrets/ticket --metrics-port 9464
+  pullqueue bridge --url pubsub://my-project --app-id my-app --default-deadline 10
 
 """
     + EXIT_STATUS_HELP

@@ -247,3 +247,38 @@ def test_only_a_remote_stubs_calls_get_the_python2_exception(python27: str) -> N
         {"step": name, "result": [stub.rpc_error.detail, None, None]},
         {"step": name, "result": [forwarded.rpc_error.detail, None, None]},
     ]
+
+
+def test_the_handshake_answers_only_a_remote_stub_and_only_its_token() -> None:
+    with running_bridge(MemoryBackend(), app_id="my-app") as server:
+
+        def get(path: str, headers: dict[str, str]) -> tuple[int, str]:
+            connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            try:
+                connection.request("GET", path, headers=headers)
+                answer = connection.getresponse()
+                return answer.status, answer.read().decode()
+            finally:
+                connection.close()
+
+        stub = {wire.REMOTE_STUB_HEADER: "1"}
+        status, text = get("/_ah/remote_api?rtok=0123456789", stub)
+        assert status == 200 and json.loads(text) == {"app_id": "my-app", "rtok": "0123456789"}
+        quoted = get("/rpc_http?rtok=a%27b%3A%20%7Bc%7D", stub)[1]
+        assert json.loads(quoted) == {"app_id": "my-app", "rtok": "a'b: {c}"}
+        assert get("/rpc_http", stub)[1] == '{"app_id": "my-app", "rtok": "0"}\n'
+        assert get("/rpc_http?rtok=%C3%A9", stub)[0] == 400
+        assert get("/rpc_http?rtok=1", {})[0] == 405
+        assert get("/_ah/remote_api?rtok=1", {})[0] == 405
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "true", "3601"])
+def test_a_bad_default_deadline_is_a_usage_error(value: str) -> None:
+    done = subprocess.run(
+        [*PULLQUEUE, "bridge", "--url", "memory://", "--default-deadline", value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--default-deadline" in done.stderr and "Traceback" not in done.stderr
