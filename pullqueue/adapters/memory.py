@@ -323,10 +323,17 @@ class _QueueState:
         self.items = len(self.tasks) + tagged
 
 
+def _process_clock() -> float:
+    """`time.time()`, looked up at each call as the SDK's stub reads it: a test that stubs
+    `time.time` moves the backend's clock with the ETAs `Task()` takes from it."""
+    return time.time()
+
+
 class MemoryBackend:
     """Pull queues in this process's memory, thread-safe, on an injectable clock.
 
-    `clock` returns POSIX seconds (default `time.time`); tests pass a fake one to move time.
+    `clock` returns POSIX seconds (default `time.time()`, looked up at each call); tests pass a
+    fake one to move time.
     `retry_limits` maps queue names to the legacy queue.yaml `task_retry_limit`: a task already
     leased that many times (or its own `Task.retry_limit` times, when set) is deleted instead of
     being leased again. Queues are created on first use. Task names, once used in a queue, stay
@@ -336,7 +343,7 @@ class MemoryBackend:
 
     def __init__(
         self,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = _process_clock,
         retry_limits: Mapping[str, int] | None = None,
     ) -> None:
         self.url = "memory://"
