@@ -2,6 +2,8 @@
 
 aiohttp serves the calls and forwards other services upstream; the taskqueue calls themselves,
 which block on the backend, run on a thread pool so one slow lease never holds the others up.
+Python 2.7's remote_api_stub is served too: `/_ah/remote_api` as an alias, its `GET ?rtok=`
+handshake, and its errors as the pickled Python 2 exceptions it reads.
 """
 
 from __future__ import annotations
@@ -68,7 +70,9 @@ class Bridge:
     """The service bridge over one backend: answers /rpc_http calls, forwards other services.
 
     `ticket`, when set, is the only request_id accepted; `upstream` (HOST:PORT) receives the
-    calls of other services unchanged; `threads` bounds the taskqueue calls served at once.
+    calls of other services unchanged; `threads` bounds the taskqueue calls served at once;
+    `default_deadline` (seconds) applies to a call whose request names none (Python 2.7's
+    RemoteStub); `app_id` is what the remote_api handshake answers.
     """
 
     def __init__(
@@ -84,7 +88,14 @@ class Bridge:
         self.service = TaskQueueService(backend)
         self.ticket = ticket
         self.upstream = upstream
-        self.default_deadline = default_deadline
+        if isinstance(default_deadline, bool) or not (
+            math.isfinite(default_deadline) and 0 < default_deadline <= MAX_DEADLINE
+        ):
+            raise ValueError(
+                f"default_deadline must be above 0 and at most {MAX_DEADLINE:g} seconds,"
+                f" not {default_deadline!r}"
+            )
+        self.default_deadline = float(default_deadline)
         self.app_id = app_id
         self.draining = False
         self._in_flight = 0
@@ -288,8 +299,9 @@ def _deadline(header: str | None, default: float) -> float:
 def _refused(call: wire.Call, *, python2: bool) -> bytes:
     detail = (
         "the call's security ticket (request_id) is not this bridge's: set the SDK's ticket"
-        " (Python: HTTP_X_APPENGINE_API_TICKET; Go: the GAE_* variables) to the bridge's"
-        " --ticket-file / PULLQUEUE_BRIDGE_TICKET"
+        " (Python: HTTP_X_APPENGINE_API_TICKET; Go: the GAE_* variables; Python 2.7: the"
+        " RemoteStub's request_id, docs/bridge.md) to the bridge's --ticket-file /"
+        " PULLQUEUE_BRIDGE_TICKET"
     )
     if call.service == "taskqueue":
         return wire.application_error(Code.PERMISSION_DENIED, detail, python2=python2)

@@ -24,7 +24,7 @@ import pytest
 
 from pullqueue.adapters.delegating import DelegatingBackend
 from pullqueue.adapters.memory import MemoryBackend
-from pullqueue.bridge import wire
+from pullqueue.bridge import Bridge, wire
 from pullqueue.bridge.codes import Code
 from pullqueue.bridge.proto.remote_api_pb2 import Request, Response, RpcError
 from pullqueue.listen import free_port
@@ -282,3 +282,9 @@ def test_a_bad_default_deadline_is_a_usage_error(value: str) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert "--default-deadline" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0.0, -1.0, True, 3601.0])
+def test_a_bridge_refuses_a_bad_default_deadline(value: float) -> None:
+    with pytest.raises(ValueError, match="default_deadline"):
+        Bridge(MemoryBackend(), default_deadline=value)
