@@ -5,6 +5,10 @@ Both runs are tests/bridge/py27/worker.py's `bench` scenario (add(1) + lease(1) 
 add(100) + lease(100) + delete), on the Python 2.7 virtualenv of tests/bridge/python27.py:
 
     python benchmarks/bridge_py27.py --runs 3 --seconds 3 --threads 1 4
+    python benchmarks/bridge_py27.py --url emulator --runs 3 --seconds 5 --threads 1 4
+
+`--url emulator` serves a new project on the Pub/Sub emulator (PUBSUB_EMULATOR_HOST, else one
+started from the gcloud SDK), with a name registry in the bridge's process.
 """
 
 from __future__ import annotations
@@ -53,10 +57,18 @@ def main() -> None:
     options = parser.parse_args()
     python27 = str(interpreter())
     port = free_port()
+    url, env = options.url, dict(os.environ)
+    if url == "emulator":
+        from tests.support.emulators import shared_emulator_host
+
+        env["PUBSUB_EMULATOR_HOST"] = shared_emulator_host("pubsub")
+        env.update(PULLQUEUE_AUTO_CREATE="1", PULLQUEUE_DEDUPE_URL="memory://")
+        url = f"pubsub://bench27-{os.getpid()}"
     bridge = subprocess.Popen(
-        [*PULLQUEUE, "bridge", "--url", options.url, "--listen", f"127.0.0.1:{port}"],
+        [*PULLQUEUE, "bridge", "--url", url, "--listen", f"127.0.0.1:{port}"],
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
     try:
         assert bridge.stderr is not None
