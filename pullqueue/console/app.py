@@ -38,14 +38,7 @@ from pullqueue.console.listing import (
     task_page,
 )
 from pullqueue.console.sampler import Sampler
-from pullqueue.console.security import (
-    CSRF_FIELD,
-    LOOPBACK_HOSTS,
-    TokenGate,
-    csrf_problem,
-    csrf_token,
-    remember_csrf,
-)
+from pullqueue.console.security import CSRF_FIELD, LOOPBACK_HOSTS, CsrfGuard, TokenGate
 from pullqueue.console.workers import WorkerMetrics
 from pullqueue.errors import Error
 from pullqueue.inspection import iso, preview, safe
@@ -108,6 +101,7 @@ class Console:
         self.backend = backend
         self.sampler = sampler
         self.read_only = read_only
+        self.csrf = CsrfGuard()
         self.env = _templates()
 
     # Rendering
@@ -118,12 +112,12 @@ class Console:
         context.update(
             backend_url=self.backend.url,
             read_only=self.read_only,
-            csrf=csrf_token(request),
+            csrf=self.csrf.token(request),
             csrf_field=CSRF_FIELD,
             pubsub=is_pubsub(self.backend),
         )
         html = self.env.get_template(template).render(**context)
-        return remember_csrf(request, HTMLResponse(html, status_code=status_code))
+        return self.csrf.remember(request, HTMLResponse(html, status_code=status_code))
 
     def error(self, request: Request, status: int, message: str) -> Response:
         return self.render(request, "message.html", status, title=str(status), message=message)
@@ -156,7 +150,7 @@ class Console:
         if isinstance(queue, Response):
             return queue
         form = await request.form()
-        problem = csrf_problem(request, _text(form.get(CSRF_FIELD)))
+        problem = self.csrf.problem(request, _text(form.get(CSRF_FIELD)))
         if problem is not None:
             return self.error(request, 403, problem)
         return queue, form
