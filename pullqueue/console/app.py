@@ -80,6 +80,20 @@ def show(figure: Figure, kind: str = "count") -> str:
     return text if figure.exact else f"~{text}"
 
 
+class Notes:
+    """The reasons for a table's unknown figures, each said once under it: a cell shows the
+    reason's number (and the whole reason on hover), however many cells share it."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, int] = {}
+
+    def mark(self, reason: str) -> int:
+        return self._numbers.setdefault(reason, len(self._numbers) + 1)
+
+    def items(self) -> list[tuple[int, str]]:
+        return [(number, reason) for reason, number in self._numbers.items()]
+
+
 def queue_path(queue: str) -> str:
     return "/queues/" + quote(queue, safe="")
 
@@ -91,7 +105,7 @@ def _templates() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters.update(show=show, iso=iso, preview=preview, safe_text=safe, queue_path=queue_path)
-    env.globals.update(version=__version__, poll_seconds=POLL_SECONDS, age=_age)
+    env.globals.update(version=__version__, poll_seconds=POLL_SECONDS, age=_age, Notes=Notes)
     return env
 
 

@@ -71,7 +71,7 @@ def task_page(
         counts = None
     else:
         reason = (
-            "Pub/Sub lists no tasks: look at them below (each look costs a delivery attempt)"
+            "Pub/Sub lists no tasks: look at them (each look costs a delivery attempt)"
             if is_pubsub(backend)
             else f"{backend.url} cannot show tasks without leasing them"
         )
