@@ -39,10 +39,11 @@ from pullqueue.console.listing import (
     task_page,
 )
 from pullqueue.console.sampler import Sampler
-from pullqueue.console.security import CSRF_FIELD, LOOPBACK_HOSTS, CsrfGuard, TokenGate
+from pullqueue.console.security import CSRF_FIELD, CsrfGuard, TokenGate
 from pullqueue.console.workers import WorkerMetrics
 from pullqueue.errors import Error
 from pullqueue.inspection import iso, preview, safe
+from pullqueue.listen import LOOPBACK_HOSTS
 from pullqueue.monitoring import BacklogReader
 from pullqueue.queue import validate_queue_name
 

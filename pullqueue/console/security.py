@@ -25,7 +25,6 @@ CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
 TOKEN_COOKIE = "pullqueue_console_token"
 TOKEN_ENV = "PULLQUEUE_CONSOLE_TOKEN"
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 _SESSION = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
