@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import re
+import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -15,10 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
+from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.delegating import DelegatingBackend
 from pullqueue.adapters.memory import MemoryBackend
+from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.console import create_app
+from pullqueue.dedupe.memory import MemoryNameRegistry
 from tests.console.conftest import CSRF_INPUT, Browser, fill
+from tests.support.emulators import shared_emulator_host
 
 
 def said(response: Any) -> str:
@@ -269,3 +274,43 @@ def test_fuzz_every_post_route_changes_nothing_unconfirmed(
         assert len(list(backend.list_tasks("emails"))) == 40
 
     fuzz()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "own"),
+    [
+        ("GET", "/queues/mail", ["tag", "after"]),
+        ("GET", "/queues/mail/figures", ["part"]),
+        ("GET", "/queues/mail/dead-letters", []),
+        ("GET", "/api/queues/mail", []),
+        ("POST", "/queues/mail/look", ["tag"]),
+    ],
+)
+def test_fuzz_the_pubsub_pages(method: str, path: str, own: list[str]) -> None:
+    """The routes whose code differs on Pub/Sub, on the emulator: no 5xx, and a 400 names the
+    parameter (the look's form field `tag` included)."""
+    shared_emulator_host("pubsub")
+    project = f"pq-fuzz-{uuid.uuid4().hex[:10]}"
+    producer = PubSubBackend(project, auto_create=True, names=MemoryNameRegistry())
+    viewer = PubSubBackend(project, settings=Settings(), auto_create=False)
+    try:
+        Queue("mail", producer).add([Task(b"x", name=f"t{i}", tag="a") for i in range(3)])
+        app = create_app(viewer, sample_in_background=False)
+        with TestClient(app, raise_server_exceptions=False) as client:
+            found = CSRF_INPUT.search(client.get("/queues/mail").text)
+            assert found is not None
+            csrf = found.group(1)
+
+            @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+            @given(query=queries(own), tag=VALUES)
+            def fuzz(query: str, tag: str) -> None:
+                if method == "GET":
+                    check(client.get(f"{path}?{query}"))
+                else:
+                    origin = {"Origin": "http://testserver"}
+                    check(client.post(path, data={"csrf": csrf, "tag": tag}, headers=origin))
+
+            fuzz()
+    finally:
+        producer.close()
+        viewer.close()
