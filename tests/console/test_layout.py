@@ -218,6 +218,9 @@ def test_emulator_pages_at_both_widths(driver: WebDriver) -> None:
                 assert not shards.get_attribute("open")
                 stamp = find(driver, "#dead-letter-list tr.dead-letter td.when")
                 assert lines(driver, stamp) == 1, "the dead-lettered time wraps"
+                error = find(driver, "#dead-letter-list tr.dead-letter td.error .clamp")
+                assert error.get_attribute("title") == "ValueError: " + "boom " * 40
+                assert error.size["height"] < 70  # three lines, the rest on hover
                 assert overflow(driver) <= 0, f"queue {overflow(driver)} px too wide at {width}"
                 full_shot(driver, f"pubsub-queue-{label}")
 
