@@ -154,7 +154,16 @@ def _origin_of(url: str) -> tuple[str, str, int] | None:
 
 
 def origin_problem(request: Request) -> str | None:
-    """Why the request does not come from the console's own origin (None: it does)."""
+    """Why the request does not come from the console's own origin (None: it does).
+
+    A browser that sends Sec-Fetch-Site says it outright; Origin (else Referer) decides the rest.
+    """
+    fetched_from = request.headers.get("sec-fetch-site")
+    if fetched_from is not None and fetched_from not in ("same-origin", "none"):
+        return (
+            f"the browser says another site sent this request (Sec-Fetch-Site: {fetched_from});"
+            " actions come only from the console's own pages"
+        )
     own_url = f"{request.url.scheme}://{request.headers.get('host', '')}"
     own = _origin_of(own_url)
     origin = request.headers.get("origin")

@@ -102,6 +102,9 @@ def test_a_tossed_session_cookie_gets_no_valid_token(
         ({"Referer": "http://127.0.0.1:9999/attack"}, "cross-site request from a page at"),
         ({"Referer": "not a url"}, "cross-site request from a page at"),
         ({}, "neither where it came from"),
+        # Another port of the host, or a redirect from it, is the same site but not the console.
+        ({"Origin": "http://testserver", "Sec-Fetch-Site": "same-site"}, "Sec-Fetch-Site"),
+        ({"Origin": "http://testserver", "Sec-Fetch-Site": "cross-site"}, "Sec-Fetch-Site"),
     ],
 )
 def test_a_post_not_from_the_consoles_origin_is_refused(
@@ -128,6 +131,7 @@ def test_a_post_not_from_the_consoles_origin_is_refused(
         {"Origin": "http://testserver"},
         {"Origin": "HTTP://TestServer:80"},
         {"Referer": "http://testserver/queues/emails?tag=x"},
+        {"Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"},
     ],
 )
 def test_a_post_from_the_consoles_own_page_passes(
