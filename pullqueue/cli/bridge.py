@@ -18,12 +18,14 @@ from pullqueue.cli.base import (
     Command,
     Count,
     FiniteFloat,
+    bind_listen,
     connect_backend,
     fail,
+    listen_address,
     serve_metrics,
     url_option,
 )
-from pullqueue.listen import is_loopback, parse_listen
+from pullqueue.listen import is_loopback
 
 TICKET_ENV = "PULLQUEUE_BRIDGE_TICKET"
 
@@ -109,15 +111,9 @@ def bridge(
         from pullqueue.bridge import Bridge, serve
     except ImportError as exc:
         fail(f"the bridge needs its extra: pip install 'pullqueue[bridge]' ({exc})", EXIT_USAGE)
-    try:
-        host, port = parse_listen(listen, "127.0.0.1:10001")
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--listen'") from None
+    host, port = listen_address(listen, "--listen", "127.0.0.1:10001")
     if upstream is not None:
-        try:
-            parse_listen(upstream, "appengine.googleapis.internal:10001")
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--upstream'") from None
+        listen_address(upstream, "--upstream", "appengine.googleapis.internal:10001")
     ticket = _ticket(ticket_file)
     if ticket is None and not is_loopback(host):
         raise click.UsageError(
@@ -125,7 +121,12 @@ def bridge(
             f" carry (--ticket-file FILE or env {TICKET_ENV}), or listen on 127.0.0.1"
         )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    endpoint = serve_metrics(metrics_port) if metrics_port is not None else None
+    sock = bind_listen(host, port)
+    try:
+        endpoint = serve_metrics(metrics_port) if metrics_port is not None else None
+    except click.UsageError:
+        sock.close()
+        raise
     backend = connect_backend(url, shared=True)
     try:
         server = Bridge(
@@ -145,15 +146,9 @@ def bridge(
                 err=True,
             )
 
-        try:
-            drained = serve(server, host, port, on_ready=ready)
-        except OSError as exc:
-            fail(
-                f"cannot listen on {listen}: {exc.strerror or exc}; pick a free address with"
-                " --listen HOST:PORT",
-                EXIT_USAGE,
-            )
+        drained = serve(server, sock, on_ready=ready)
     finally:
+        sock.close()
         backend.close()
         if endpoint is not None:
             endpoint.close()
