@@ -333,6 +333,8 @@ class MemoryBackend:
         self._lock = threading.Lock()
         self._queues: dict[str, _QueueState] = {}
         self._names = itertools.count(1)
+        self._paused: dict[str, float] = {}
+        """Queue -> when it was paused (pullqueue.pause): its leases answer [] meanwhile."""
 
     def now(self) -> float:
         return self._clock()
@@ -417,6 +419,8 @@ class MemoryBackend:
     ) -> list[Task]:
         with self._lock:
             state = self._queue(queue)
+            if queue in self._paused:
+                return []
             now = _usec(self._clock())
             state.release_expired(now)
             if tag:
@@ -560,6 +564,21 @@ class MemoryBackend:
                 leased=state.leased,
                 executed_last_minute=state.executed.total(now),
             )
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause (leases answer [] until resumed; adds, deletes and lease changes still work)
+        or resume the queue; at once, as every user of this object shares it."""
+        with self._lock:
+            self._queue(queue)
+            if not paused:
+                self._paused.pop(queue, None)
+            elif queue not in self._paused:
+                self._paused[queue] = self._clock()
+
+    def paused_since(self, queue: str, *, fresh: bool = False) -> float | None:
+        """When the queue was paused (this backend's clock), None while it runs."""
+        with self._lock:
+            return self._paused.get(queue)
 
     def list_tasks(self, queue: str) -> Iterator[Task]:
         """Every task of the queue, leased or not, oldest ETA (or lease expiry) first."""

@@ -1,0 +1,98 @@
+"""The console's operator actions in a real browser (headless chromium): pause and resume a queue
+with the typed confirmation, on memory:// and on the Pub/Sub emulator, where a second backend
+(another process's) sees the pause through the marker topic."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from pullqueue import Queue, Settings, Task
+from pullqueue.adapters.memory import MemoryBackend
+from pullqueue.adapters.pubsub import PubSubBackend
+from tests.console.browser import chromium, find, served, shot, wait
+from tests.console.test_browser import confirm
+from tests.support.emulators import shared_emulator_host
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def driver(tmp_path: Path) -> Iterator[WebDriver]:
+    with chromium(tmp_path / "profile") as opened:
+        yield opened
+
+
+def badge(driver: WebDriver, queue: str) -> bool:
+    return bool(
+        driver.find_elements(By.CSS_SELECTOR, f'tr.queue-row[data-queue="{queue}"] .paused')
+    )
+
+
+def test_pause_and_resume_on_memory(driver: WebDriver) -> None:
+    backend = MemoryBackend()
+    queue = Queue("emails", backend)
+    queue.add([Task(b"x", name=f"t{i}") for i in range(5)])
+    Queue("reports", backend).add(Task(b"y"))
+    with served(backend, period=1.0) as root:
+        url = root.rstrip("/")
+        driver.get(url + "/queues/emails")
+        confirm(driver, "#pause-queue", "email", "Pause queue")  # a typo: refused
+        assert "nothing was changed" in find(driver, "#message").text
+        assert backend.paused_since("emails") is None
+        driver.back()
+        driver.refresh()
+        confirm(driver, "#pause-queue", "emails", "Pause queue")
+        assert find(driver, "#report").text.startswith("paused queue 'emails'")
+        assert queue.lease(60, 10) == []
+        driver.get(url)
+        wait(driver, lambda d: badge(d, "emails"))
+        assert not badge(driver, "reports")
+        shot(driver, "paused-queues")
+        driver.find_element(By.LINK_TEXT, "emails").click()
+        assert "Paused since" in find(driver, "#paused-banner").text
+        shot(driver, "paused-queue")
+        confirm(driver, "#resume-queue", "emails", "Resume queue")
+        assert find(driver, "#report").text.startswith("resumed queue 'emails'")
+        assert len(queue.lease(60, 10)) == 5
+        driver.get(url)
+        wait(
+            driver, lambda d: d.find_elements(By.CSS_SELECTOR, 'tr.queue-row[data-queue="emails"]')
+        )
+        assert not badge(driver, "emails")
+
+
+def test_pause_on_the_pubsub_emulator_reaches_another_process(driver: WebDriver) -> None:
+    shared_emulator_host("pubsub")
+    project = f"pq-browser-{uuid.uuid4().hex[:8]}"
+    producer = PubSubBackend(project, auto_create=True)
+    worker = PubSubBackend(project, settings=Settings(pubsub_pause_check=0.5))
+    viewer = PubSubBackend(project)
+    try:
+        producer_queue = Queue("emails", producer)
+        producer_queue.add([Task(b"x") for _ in range(3)])
+        with served(viewer) as root:
+            url = root.rstrip("/")
+            driver.get(url + "/queues/emails")
+            confirm(driver, "#pause-queue", "emails", "Pause queue")
+            report = find(driver, "#report").text
+            assert report.startswith("paused queue 'emails'") and "within 10 s" in report
+            wait(driver, lambda _: worker.paused_since("emails") is not None, seconds=5)
+            assert Queue("emails", worker).lease(60, 10) == []
+            driver.get(url + "/queues/emails")
+            find(driver, "#paused-banner")
+            confirm(driver, "#resume-queue", "emails", "Resume queue")
+            assert find(driver, "#report").text.startswith("resumed queue 'emails'")
+            wait(driver, lambda _: worker.paused_since("emails") is None, seconds=5)
+            got: list[Task] = []
+            while len(got) < 3 and (batch := Queue("emails", worker).lease(60, 10)):
+                got += batch
+            assert len(got) == 3
+    finally:
+        for backend in (producer, worker, viewer):
+            backend.close()
