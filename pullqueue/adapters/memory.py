@@ -588,6 +588,22 @@ class MemoryBackend:
             snapshot = [_listed(e, queue) for e in ordered]
         yield from snapshot
 
+    def get_task(self, queue: str, name: str) -> Task | None:
+        """The task of this name as a listing shows it (leased or not), None when absent."""
+        with self._lock:
+            state = self._queue(queue)
+            state.release_expired(_usec(self._clock()))
+            entry = state.tasks.get(name)
+            return None if entry is None else _listed(entry, queue)
+
+    def find_payload(self, queue: str, needle: bytes, limit: int) -> tuple[list[Task], int]:
+        """Up to `limit` tasks whose payload contains `needle` in (ETA, name) order, and how
+        many tasks of the queue contain it: one pass over the whole queue, exact."""
+        with self._lock:
+            matches = [e for e in self._queue(queue).tasks.values() if needle in e.payload]
+            first = heapq.nsmallest(limit, matches, key=lambda e: (e.eta, e.name))
+            return [_listed(e, queue) for e in first], len(matches)
+
     def list_queues(self) -> list[str]:
         """Every queue this backend has seen used, sorted by name."""
         with self._lock:

@@ -47,6 +47,7 @@ from pullqueue.console.security import (
     csrf_token,
     remember_csrf,
 )
+from pullqueue.console.taskpages import TaskPages
 from pullqueue.console.workers import WorkerMetrics
 from pullqueue.errors import Error
 from pullqueue.inspection import iso, pause_state, preview, safe
@@ -354,6 +355,7 @@ def create_app(
         Route("/queues/{queue}/figures", console.queue_figures),
         Route("/queues/{queue}/dead-letters", console.dead_letters),
         Route("/queues/{queue}/look", console.look, methods=["POST"]),
+        *TaskPages(console).routes(),
         Route("/queues/{queue}/{action}", console.act, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
