@@ -96,3 +96,48 @@ def test_pause_on_the_pubsub_emulator_reaches_another_process(driver: WebDriver)
     finally:
         for backend in (producer, worker, viewer):
             backend.close()
+
+
+def test_task_page_find_and_bulk_delete_on_memory(driver: WebDriver) -> None:
+    backend = MemoryBackend()
+    queue = Queue("emails", backend)
+    queue.add(
+        [
+            Task(f"<img src=x onerror=alert({i})> order {i}", name=f"t{i}", tag=["a", "b"][i % 2])
+            for i in range(40)
+        ]
+    )
+    queue.add(Task(bytes(range(40)), name="binary", tag="a"))
+    with served(backend) as root:
+        url = root.rstrip("/")
+        driver.get(url + "/queues/emails?tag=a")
+        find(driver, 'a.task-link[href$="name=t2"]').click()
+        assert find(driver, "#attr-name").text == "t2"
+        assert find(driver, "#payload-text").text == "<img src=x onerror=alert(2)> order 2"
+        assert find(driver, "#download").get_attribute("download") == "emails-t2.bin"
+        assert not driver.find_elements(By.CSS_SELECTOR, "img")  # the payload stayed text
+        shot(driver, "task")
+
+        driver.get(url + "/queues/emails/task?name=binary")
+        assert find(driver, "#payload-hex").text.startswith("00000000  00 01 02 03")
+
+        driver.get(url + "/queues/emails")
+        find(driver, "#find-payload").send_keys("order 1")
+        driver.find_element(By.ID, "find-button").click()
+        assert find(driver, "#found-note").text.startswith("11 tasks found")  # 1, 10-19
+        shot(driver, "found")
+        driver.get(url + "/queues/emails")
+        find(driver, "#find-name").send_keys("t7")
+        driver.find_element(By.ID, "find-button").click()
+        wait(driver, lambda d: d.find_element(By.ID, "attr-name").text == "t7")
+
+        driver.get(url + "/queues/emails?tag=a")
+        confirm(driver, "#delete-tag", "emails", "Delete tasks")
+        report = find(driver, "#report").text
+        assert (
+            report
+            == "deleted 21 tasks with tag 'a' from queue 'emails' (0 of them leased by a worker)"
+        )
+        shot(driver, "bulk-deleted")
+        assert {t.tag for t in backend.list_tasks("emails")} == {"b"}
+        assert len(list(backend.list_tasks("emails"))) == 20
