@@ -141,3 +141,28 @@ def test_task_page_find_and_bulk_delete_on_memory(driver: WebDriver) -> None:
         shot(driver, "bulk-deleted")
         assert {t.tag for t in backend.list_tasks("emails")} == {"b"}
         assert len(list(backend.list_tasks("emails"))) == 20
+
+
+def test_make_a_tags_future_tasks_available_and_a_long_task_on_a_phone(driver: WebDriver) -> None:
+    backend = MemoryBackend()
+    queue = Queue("later", backend)
+    queue.add([Task(b"x", name=f"f{i}", tag="t", countdown=3600) for i in range(30)])
+    long_name = "n" * 500
+    queue.add(Task(("word " * 2000 + "z" * 3000).encode(), name=long_name, tag="T" * 500))
+    with served(backend) as root:
+        url = root.rstrip("/")
+        driver.get(url + "/queues/later?tag=t")
+        confirm(driver, "#run-tag-now", "later", "Make available now")
+        assert find(driver, "#report").text == (
+            "made 30 future tasks with tag 't' of queue 'later' available now"
+        )
+        assert len(queue.lease(60, 100, tag="t")) == 30
+        for width in (1280, 390):
+            driver.set_window_size(width, 900)
+            driver.get(url + f"/queues/later/task?name={long_name}")
+            find(driver, "#attr-name")
+            wide: int = driver.execute_script("return document.documentElement.scrollWidth")
+            assert wide <= driver.execute_script("return window.innerWidth"), width
+            assert len(find(driver, "h1").text) < 80  # cut, the whole name in the table
+            assert find(driver, "#attr-name").text == long_name
+            shot(driver, f"task-long-{width}")
