@@ -16,6 +16,7 @@ from google.api_core.exceptions import NotFound
 
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub.pause import LABEL_PAUSED, marker_topic
+from pullqueue.compat import taskqueue
 from pullqueue.inspection import stats_json
 from tests.cli.support import PULLQUEUE, clean_env, run
 from tests.pubsub.conftest import MakeBackend
@@ -44,11 +45,17 @@ def test_the_marker_pauses_other_processes_within_the_check(
     assert queue.lease(60, 10) == []
     assert 0.9 < time.monotonic() - began < 3  # answered as an empty pull: after the pull wait
     queue.add(Task(b"c"))  # adds are accepted while paused
+    assert queue.lease(60, 10, tag="x", deadline=0.1) == []
+    assert queue.lease(60, 10, group_by_tag=True, deadline=0.1) == []
+    assert taskqueue.Queue("held", backend=worker).lease_tasks(60, 10, deadline=0.1) == []
     assert stats_json(worker, queue.stats(), None)["paused"] is True
-    reads = worker._pauses.reads
-    for _ in range(3):
-        queue.lease(60, 10, deadline=0.1)
-    assert worker._pauses.reads == reads  # within the check, the copy serves
+    reads, leases = worker._pauses.reads, 0
+    began = time.monotonic()
+    while time.monotonic() - began < 2:
+        queue.lease(60, 10, deadline=0.05)
+        leases += 1
+    looks = worker._pauses.reads - reads
+    assert 3 <= looks <= 5 < leases  # one look per 0.5 s check, however many leases
     operator.set_paused("held", False)
     time.sleep(0.6)
     got: list[Task] = []
