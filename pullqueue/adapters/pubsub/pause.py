@@ -29,6 +29,11 @@ LABEL_PAUSED = "pullqueue-paused"
 """Label of the marker topic: the pause's time, whole POSIX seconds in decimal."""
 
 
+LOOK_BUDGET = 2.0
+"""Seconds a look for the marker may take, retries included: a lease waits for it, so an
+unreachable Pub/Sub costs the lease this much before its own calls fail as they would have."""
+
+
 def marker_topic(queue_topic: str) -> str:
     """The path of the marker topic of the queue whose topic is `queue_topic` (a path)."""
     return PAUSED_TOPIC_FORMAT.format(topic=queue_topic)
@@ -123,7 +128,7 @@ class PauseMarks:
 
         self.reads += 1
         try:
-            return self.rpc.call(get, queue=queue, resource=topic)
+            return self.rpc.call(get, queue=queue, resource=topic, budget=LOOK_BUDGET)
         except PermissionDeniedError as exc:
             raise PermissionDeniedError(
                 f"cannot look for Pub/Sub topic {topic} to see whether the queue is paused:"
