@@ -8,9 +8,11 @@ from __future__ import annotations
 import re
 
 from google.pubsub_v1 import PubsubMessage
+from starlette.testclient import TestClient
 
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub import PubSubBackend
+from pullqueue.console import create_app
 from tests.console.conftest import Browser
 from tests.console.test_pubsub import add, dead_letter, leasable
 from tests.console.test_pubsub import browser as browser
@@ -109,3 +111,24 @@ def test_redrive_only_the_dead_letters_of_a_tag(
     assert leasable(producer, "mail") == {"a1"}
     listing = browser.get("/queues/mail/dead-letters").text
     assert "b1" in listing and "a1" not in listing
+
+
+def test_a_pause_survives_a_console_restart(
+    producer: PubSubBackend,
+    browser: Browser,
+    project: str,
+) -> None:
+    add(producer, "mail", 2, [None])
+    browser.get("/queues/mail")
+    done = browser.post("/queues/mail/pause", {"confirm": "mail"})
+    assert "paused queue &#39;mail&#39;" in done.text
+    # A new console process: a backend of its own, nothing remembered but Pub/Sub.
+    restarted = PubSubBackend(project, auto_create=False)
+    try:
+        with TestClient(create_app(restarted, sample_in_background=False)) as client:
+            assert 'id="paused-banner"' in client.get("/queues/mail").text
+            assert 'class="paused"' in client.get("/").text
+            assert client.get("/api/queues/mail").json()["stats"]["paused"] is True
+    finally:
+        restarted.close()
+    assert Queue("mail", producer).lease(60, 10, deadline=0.1) == []
