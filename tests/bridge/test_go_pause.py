@@ -105,6 +105,12 @@ def test_a_go_worker_through_the_bridge_stops_within_the_bound_and_resumes(
         assert during == [], f"{len(during)} leases more than {BOUND} s into the pause"
         after = sorted(t for t in times if t > resumed_at)
         assert after and after[0] - resumed_at < BOUND
+        before = max(t for t in times if t < resumed_at)
+        print(
+            f"Go worker through the bridge, check {CHECK:g} s: last lease"
+            f" {before - paused_at:.2f} s after the pause (bound {BOUND:g} s), first"
+            f" {after[0] - resumed_at:.2f} s after resume"
+        )
         # Nothing lost: what the worker did not lease is still in the queue.
         leased = {lease["name"] for lease in seen["leases"]}
         rest: set[str] = set()
