@@ -352,6 +352,8 @@ class MemoryBackend:
         self._lock = threading.Lock()
         self._queues: dict[str, _QueueState] = {}
         self._names = itertools.count(1)
+        self._paused: dict[str, float] = {}
+        """Queue -> when it was paused (pullqueue.pause): its leases answer [] meanwhile."""
 
     def now(self) -> float:
         return self._clock()
@@ -436,6 +438,8 @@ class MemoryBackend:
     ) -> list[Task]:
         with self._lock:
             state = self._queue(queue)
+            if queue in self._paused:
+                return []
             now = _usec(self._clock())
             state.release_expired(now)
             if tag:
@@ -582,6 +586,21 @@ class MemoryBackend:
                 executed_last_hour=state.executed_hour.total(now),
             )
 
+    def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause (leases answer [] until resumed; adds, deletes and lease changes still work)
+        or resume the queue; at once, as every user of this object shares it."""
+        with self._lock:
+            self._queue(queue)
+            if not paused:
+                self._paused.pop(queue, None)
+            elif queue not in self._paused:
+                self._paused[queue] = self._clock()
+
+    def paused_since(self, queue: str, *, fresh: bool = False) -> float | None:
+        """When the queue was paused (this backend's clock), None while it runs."""
+        with self._lock:
+            return self._paused.get(queue)
+
     def list_tasks(self, queue: str) -> Iterator[Task]:
         """Every task of the queue, leased or not, oldest ETA (or lease expiry) first."""
         with self._lock:
@@ -589,6 +608,22 @@ class MemoryBackend:
             ordered = sorted(state.tasks.values(), key=lambda e: (e.eta, e.name))
             snapshot = [_listed(e, queue) for e in ordered]
         yield from snapshot
+
+    def get_task(self, queue: str, name: str) -> Task | None:
+        """The task of this name as a listing shows it (leased or not), None when absent."""
+        with self._lock:
+            state = self._queue(queue)
+            state.release_expired(_usec(self._clock()))
+            entry = state.tasks.get(name)
+            return None if entry is None else _listed(entry, queue)
+
+    def find_payload(self, queue: str, needle: bytes, limit: int) -> tuple[list[Task], int]:
+        """Up to `limit` tasks whose payload contains `needle` in (ETA, name) order, and how
+        many tasks of the queue contain it: one pass over the whole queue, exact."""
+        with self._lock:
+            matches = [e for e in self._queue(queue).tasks.values() if needle in e.payload]
+            first = heapq.nsmallest(limit, matches, key=lambda e: (e.eta, e.name))
+            return [_listed(e, queue) for e in first], len(matches)
 
     def list_queues(self) -> list[str]:
         """Every queue this backend has seen used, sorted by name."""

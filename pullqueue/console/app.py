@@ -38,11 +38,13 @@ from pullqueue.console.listing import (
     pubsub_look,
     task_page,
 )
+from pullqueue.console.operations import OPERATIONS
 from pullqueue.console.sampler import Sampler
 from pullqueue.console.security import CSRF_FIELD, CsrfGuard, TokenGate
+from pullqueue.console.taskpages import TaskPages
 from pullqueue.console.workers import WorkerMetrics
 from pullqueue.errors import Error
-from pullqueue.inspection import iso, preview, safe
+from pullqueue.inspection import iso, pause_state, preview, safe
 from pullqueue.listen import LOOPBACK_HOSTS
 from pullqueue.monitoring import BacklogReader
 from pullqueue.queue import validate_queue_name
@@ -239,10 +241,13 @@ class Console:
             task_page, self.backend, queue, tag=tag, after=after
         )
         await run_in_threadpool(self.sampler.fresh)
+        paused, paused_since = await run_in_threadpool(pause_state, self.backend, queue)
         return self.render(
             request,
             "queue.html",
             queue=queue,
+            paused=paused,
+            paused_since=paused_since,
             figures=self.sampler.latest(queue),
             page=page,
             tag=tag,
@@ -365,6 +370,9 @@ class Console:
             work = lambda: actions.redrive_dead_letters(self.backend, queue)  # noqa: E731
         elif action == "purge-dead-letters":
             work = lambda: actions.purge_dead_letters(self.backend, queue)  # noqa: E731
+        elif action in OPERATIONS:
+            fields = {key: _text(value) for key, value in form.items()}
+            work = lambda: OPERATIONS[action](self.backend, queue, fields)  # noqa: E731
         else:
             return self.error(request, 404, f"no action {action!r}")
         try:
@@ -419,6 +427,7 @@ def create_app(
         Route("/queues/{queue}/figures", console.queue_figures),
         Route("/queues/{queue}/dead-letters", console.dead_letters),
         Route("/queues/{queue}/look", console.look, methods=["POST"]),
+        *TaskPages(console).routes(),
         Route("/queues/{queue}/{action}", console.act, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
