@@ -114,3 +114,37 @@ def one_of(*choices: str) -> Reader:
         return text
 
     return read
+
+
+_TASK_NAME = re.compile(rf"[a-zA-Z0-9_-]{{1,{limits.MAX_TASK_NAME_LENGTH}}}")
+MAX_NEEDLE_BYTES = 10_000
+"""The longest payload substring a search takes."""
+
+
+def task_name(text: str) -> str:
+    """A task's name, by the legacy rules (letters, digits, '_' and '-'; at most 500)."""
+    if text == "":
+        raise ValueError("give the task's name")
+    if _TASK_NAME.fullmatch(text) is None:
+        raise ValueError(
+            f"{text[:80]!r} is not a task name (letters, digits, '_' and '-';"
+            f" at most {limits.MAX_TASK_NAME_LENGTH})"
+        )
+    return text
+
+
+def optional_task_name(text: str) -> str | None:
+    """A task name typed into the find box: empty when only the payload is searched."""
+    return None if text == "" else task_name(text)
+
+
+def payload_text(text: str) -> str | None:
+    """A payload substring typed into the find box: empty for none; at most 10,000 bytes."""
+    if text == "":
+        return None
+    size = len(text.encode("utf-8"))
+    if size > MAX_NEEDLE_BYTES:
+        raise ValueError(
+            f"a payload substring is at most {MAX_NEEDLE_BYTES:,} bytes; this is {size:,}"
+        )
+    return text

@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from pullqueue.console import params
 from pullqueue.console.taskview import (
     FIND_LOOK_LIMIT,
     find_task,
@@ -43,6 +45,11 @@ def task_path(queue: str, name: str) -> str:
     return f"/queues/{quote(queue, safe='')}/task?name={quote(name, safe='')}"
 
 
+def _field(form: FormData, field: str) -> str:
+    value = form.get(field)
+    return value if isinstance(value, str) else ""
+
+
 class TaskPages:
     """The task and search routes of one console."""
 
@@ -58,10 +65,15 @@ class TaskPages:
         ]
 
     def _name(self, request: Request) -> str | Response:
-        name = request.query_params.get("name")
-        if not name:
-            return self.console.error(request, 400, "give the task's name: ?name=NAME")
-        return name
+        """The task's name from the query, read strictly (`params.task_name`)."""
+        query = self.console.query(request, name=params.task_name)
+        if isinstance(query, Response):
+            return query
+        if "name" not in query:
+            return self.console.error(
+                request, 400, "bad parameter 'name': give the task's name (?name=NAME)"
+            )
+        return str(query["name"])
 
     def _render_task(
         self, request: Request, queue: str, row: TaskRow, *, note: str | None, href: str
@@ -128,14 +140,25 @@ class TaskPages:
             if isinstance(posted, Response):
                 return posted
             queue, form = posted
-            fields = {k: v for k, v in form.items() if isinstance(v, str)}
+            try:
+                name = params.optional_task_name(_field(form, "name"))
+            except ValueError as exc:
+                return self.console.error(request, 400, f"bad field 'name': {exc}")
+            try:
+                text = params.payload_text(_field(form, "payload"))
+            except ValueError as exc:
+                return self.console.error(request, 400, f"bad field 'payload': {exc}")
         else:
             checked = await self.console.known_queue(request)
             if isinstance(checked, Response):
                 return checked
-            queue, fields = checked, dict(request.query_params)
-        name = fields.get("name") or None
-        text = fields.get("payload") or None
+            queue = checked
+            query = self.console.query(
+                request, name=params.optional_task_name, payload=params.payload_text
+            )
+            if isinstance(query, Response):
+                return query
+            name, text = query.get("name"), query.get("payload")
         context: dict[str, Any] = {
             "queue": queue,
             "find_name": name,
@@ -145,7 +168,10 @@ class TaskPages:
             return self.console.render(request, "found.html", found=None, **context)
         if name is not None and text is not None:
             return self.console.error(
-                request, 400, "give a task name or a payload substring, not both"
+                request,
+                400,
+                f"bad {'field' if request.method == 'POST' else 'parameter'} 'payload': give a"
+                " task name or a payload substring, not both",
             )
         needle = text.encode("utf-8") if text is not None else None
         if pubsub and request.method != "POST":

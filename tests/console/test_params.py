@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from pullqueue import Queue, Settings, Task
+from pullqueue import pause as pausing
 from pullqueue.adapters.delegating import DelegatingBackend
 from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.adapters.pubsub import PubSubBackend
@@ -90,6 +91,20 @@ def test_good_values_still_work(browser: Browser) -> None:
         ("/go", "q"),
         ("/go?q=emails&tag=x", "tag"),
         ("/?token=abc", "token"),  # no token gate here: not a parameter of this console
+        ("/queues/emails/task", "name"),
+        ("/queues/emails/task?name=", "name"),
+        ("/queues/emails/task?name=bad%20name", "name"),
+        ("/queues/emails/task?name=t1%0A", "name"),
+        ("/queues/emails/task?name=" + "t" * 501, "name"),
+        ("/queues/emails/task?name=t1&name=t2", "name"),
+        ("/queues/emails/task?name=t1&tag=alice", "tag"),
+        ("/queues/emails/task/payload?name=%FF", "name"),
+        ("/queues/emails/task/payload?task=t1", "task"),
+        ("/queues/emails/find?name=a%2Fb", "name"),
+        ("/queues/emails/find?name=t1&payload=x", "payload"),
+        ("/queues/emails/find?payload=" + "x" * 10_001, "payload"),
+        ("/queues/emails/find?payload=a&payload=b", "payload"),
+        ("/queues/emails/find?q=t1", "q"),
     ],
 )
 def test_every_page_refuses_what_it_cannot_use(browser: Browser, path: str, parameter: str) -> None:
@@ -116,6 +131,46 @@ def test_a_post_with_a_bad_parameter_changes_nothing(
     refused = browser.post("/queues/emails/purge?x=1", {"confirm": "emails"})
     assert refused.status_code == 400 and "bad parameter 'x'" in said(refused)
     assert len(list(backend.list_tasks("emails"))) == 30
+
+
+def test_the_task_pages_still_work_with_good_values(browser: Browser) -> None:
+    assert browser.get("/queues/emails/task?name=t1").status_code == 200
+    assert browser.get("/queues/emails/task/payload?name=t1").content == b"payload-1"
+    assert browser.get("/queues/emails/find?name=&payload=").status_code == 200  # empty boxes
+    found = browser.get("/queues/emails/find?name=&payload=payload-2")
+    assert found.status_code == 200 and 'data-name="t2"' in found.text
+    assert browser.get("/queues/emails/find?name=t1&payload=").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("action", "form"),
+    [
+        ("pause", {}),
+        ("run-task-now", {"name": "later"}),
+        ("delete-tag", {"tag": "alice"}),
+        ("run-tag-now", {"tag": "alice"}),
+    ],
+)
+def test_each_new_action_needs_the_typed_name_and_the_origin(
+    backend: MemoryBackend, browser: Browser, action: str, form: dict[str, str]
+) -> None:
+    """Refused without the typed name, refused cross-origin (nothing changed); done once both
+    are right (the control: the action does change something)."""
+    Queue("emails", backend).add([Task(b"x", name="later", tag="alice", countdown=600)])
+    browser.get("/queues/emails")
+    before = state(backend)
+    unconfirmed = browser.post(f"/queues/emails/{action}", form)
+    assert unconfirmed.status_code == 400 and "to confirm" in said(unconfirmed)
+    crossed = browser.post(
+        f"/queues/emails/{action}",
+        {**form, "confirm": "emails"},
+        headers={"Origin": "http://evil.test"},
+    )
+    assert crossed.status_code == 403
+    assert state(backend) == before
+    done = browser.post(f"/queues/emails/{action}", {**form, "confirm": "emails"})
+    assert done.status_code == 200, said(done)[:300]
+    assert state(backend) != before
 
 
 def test_a_cursor_where_nothing_pages_is_a_400(backend: MemoryBackend) -> None:
@@ -151,6 +206,9 @@ GETS = {
     "/queues/emails": ["tag", "after"],
     "/queues/emails/figures": ["part"],
     "/queues/emails/dead-letters": [],
+    "/queues/emails/task": ["name"],
+    "/queues/emails/task/payload": ["name"],
+    "/queues/emails/find": ["name", "payload"],
     "/static/console.css": [],
 }
 POSTS = {
@@ -160,8 +218,17 @@ POSTS = {
     "/queues/emails/redrive-dead-letters": ["confirm"],
     "/queues/emails/purge-dead-letters": ["confirm"],
     "/queues/emails/no-such-action": ["confirm"],
+    "/queues/emails/find": ["name", "payload"],
+    "/queues/emails/pause": ["confirm"],
+    "/queues/reports/resume": ["confirm"],  # reports is paused (the fixture)
+    "/queues/emails/run-task-now": ["confirm", "name"],
+    "/queues/emails/delete-tag": ["confirm", "tag"],
+    "/queues/emails/run-tag-now": ["confirm", "tag"],
+    "/queues/emails/redrive-tag-dead-letters": ["confirm", "tag"],
 }
-OTHER_NAMES = ["tag", "after", "part", "q", "token", "csrf", "x", "", "tag[]", "AFTER"]
+OTHER_NAMES = [
+    "tag", "after", "part", "q", "token", "csrf", "x", "", "tag[]", "AFTER", "name", "payload",
+]  # fmt: skip
 CURSORS = st.one_of(
     st.sampled_from(CRASHING_CURSORS),
     st.from_regex(r"-?[0-9]{1,30}~[a-z0-9_-]{0,5}", fullmatch=True),
@@ -174,6 +241,7 @@ VALUES = st.one_of(
     st.text(max_size=40),
     CURSORS,
     st.sampled_from(["", "~", "null", "NaN", "inf", "1e400", "0~t1", "subscriptions", "emails"]),
+    st.sampled_from(["t1", "t39", "alice", "bob", "<b>x</b>", "payload-1", "t1\n", " t1"]),
     st.builds(lambda n: "x" * n, st.integers(490, 2000)),
     st.builds(lambda n: "é" * n, st.integers(240, 260)),
 )
@@ -199,12 +267,25 @@ def queries(own: list[str]) -> st.SearchStrategy[str]:
 def fuzzed() -> Iterator[tuple[TestClient, MemoryBackend, str]]:
     backend = MemoryBackend()
     fill(backend, "emails", 40, ["alice", "bob", None, "<b>x</b>"])
+    Queue("emails", backend).add([Task(b"later", name="future", tag="alice", countdown=3600)])
     fill(backend, "reports", 3, [None])
+    pausing.pause(backend, "reports")
     app = create_app(backend, sample_in_background=False)
     with TestClient(app, raise_server_exceptions=False) as client:
         found = CSRF_INPUT.search(client.get("/queues/emails").text)
         assert found is not None
         yield client, backend, found.group(1)
+
+
+def state(backend: MemoryBackend) -> list[object]:
+    """Everything an action could change: each task (name, tag, ETA, retries) and each pause."""
+    tasks = [
+        sorted(
+            (t.name, t.tag, t.eta_posix, t.retry_count, t.payload) for t in backend.list_tasks(q)
+        )
+        for q in ("emails", "reports")
+    ]
+    return [*tasks, [pausing.paused_since(backend, q, fresh=True) for q in ("emails", "reports")]]
 
 
 def check(response: Any, named: bool = True) -> None:
@@ -225,12 +306,13 @@ def test_fuzz_every_parameter_of_every_page(
     fuzzed: tuple[TestClient, MemoryBackend, str], path: str
 ) -> None:
     client, backend, _ = fuzzed
+    before = state(backend)
 
     @FUZZ
     @given(query=queries(GETS[path]))
     def fuzz(query: str) -> None:
         check(client.get(f"{path}?{query}", follow_redirects=False))
-        assert len(list(backend.list_tasks("emails"))) == 40
+        assert state(backend) == before
 
     fuzz()
 
@@ -254,9 +336,11 @@ def test_fuzz_every_post_route_changes_nothing_unconfirmed(
     fuzzed: tuple[TestClient, MemoryBackend, str], path: str
 ) -> None:
     """Any parameters and form fields, with the genuine CSRF token or without: no 5xx, and
-    nothing changes unless the queue's name was typed."""
+    nothing changes unless the queue's name was typed (no task, no ETA, no pause)."""
     client, backend, csrf = fuzzed
+    queue = path.split("/")[2]
     fields = st.sampled_from(POSTS[path]) | st.sampled_from(OTHER_NAMES)
+    before = state(backend)
 
     @FUZZ
     @given(
@@ -266,12 +350,12 @@ def test_fuzz_every_post_route_changes_nothing_unconfirmed(
     )
     def fuzz(query: str, form: dict[str, str], token: bool) -> None:
         sent = {**form, **({"csrf": csrf} if token else {})}
-        if sent.get("confirm") == "emails":
+        if sent.get("confirm") == queue:
             sent["confirm"] = "not-typed"
         origin = {"Origin": "http://testserver"}
         # A 400 here may be the typed confirmation's, which names no parameter.
         check(client.post(f"{path}?{query}", data=sent, headers=origin), named=False)
-        assert len(list(backend.list_tasks("emails"))) == 40
+        assert state(backend) == before
 
     fuzz()
 
