@@ -367,12 +367,15 @@ def test_fuzz_every_post_route_changes_nothing_unconfirmed(
         ("GET", "/queues/mail/figures", ["part"]),
         ("GET", "/queues/mail/dead-letters", []),
         ("GET", "/api/queues/mail", []),
+        ("GET", "/queues/mail/task", ["name"]),
+        ("GET", "/queues/mail/find", ["name", "payload"]),
         ("POST", "/queues/mail/look", ["tag"]),
+        ("POST", "/queues/mail/find", ["name", "payload"]),
     ],
 )
 def test_fuzz_the_pubsub_pages(method: str, path: str, own: list[str]) -> None:
     """The routes whose code differs on Pub/Sub, on the emulator: no 5xx, and a 400 names the
-    parameter (the look's form field `tag` included)."""
+    parameter (the look's and the search's form fields included)."""
     shared_emulator_host("pubsub")
     project = f"pq-fuzz-{uuid.uuid4().hex[:10]}"
     producer = PubSubBackend(project, auto_create=True, names=MemoryNameRegistry())
@@ -386,13 +389,13 @@ def test_fuzz_the_pubsub_pages(method: str, path: str, own: list[str]) -> None:
             csrf = found.group(1)
 
             @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-            @given(query=queries(own), tag=VALUES)
-            def fuzz(query: str, tag: str) -> None:
+            @given(query=queries(own), field=st.sampled_from(own or ["tag"]), value=VALUES)
+            def fuzz(query: str, field: str, value: str) -> None:
                 if method == "GET":
                     check(client.get(f"{path}?{query}"))
                 else:
                     origin = {"Origin": "http://testserver"}
-                    check(client.post(path, data={"csrf": csrf, "tag": tag}, headers=origin))
+                    check(client.post(path, data={"csrf": csrf, field: value}, headers=origin))
 
             fuzz()
     finally:
