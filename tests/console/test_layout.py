@@ -54,13 +54,15 @@ def overflow(driver: WebDriver) -> int:
     return width
 
 
-def is_cut(driver: WebDriver, element: Any) -> bool:
-    """Whether an element shows its text on one line, cut (its content is wider than it is)."""
+def is_cut(driver: WebDriver, element: Any, widest: int = 420) -> bool:
+    """Whether an element shows its text on one line, cut (its content is wider than it is),
+    in at most `widest` px (a cell, not a line across the page)."""
     cut: bool = driver.execute_script(
         "var e = arguments[0], s = getComputedStyle(e);"
         " return s.whiteSpace === 'nowrap' && s.textOverflow === 'ellipsis'"
-        " && e.scrollWidth > e.clientWidth && e.clientWidth < 420;",
+        " && e.scrollWidth > e.clientWidth && e.clientWidth < arguments[1];",
         element,
+        widest,
     )
     return cut
 
@@ -232,3 +234,53 @@ def test_emulator_pages_at_both_widths(driver: WebDriver) -> None:
     finally:
         producer.close()
         viewer.close()
+
+
+def test_task_found_and_paused_pages_at_both_widths(driver: WebDriver) -> None:
+    """The pages of part 4 with the same real data: a task with a 485-character name and a
+    494-byte tag, a search finding it, a tag's bulk actions, a paused queue with a 100-character
+    name. Each cut with the whole value on hover, none wider than the window."""
+    backend = memory_data()
+    Queue(LONG_QUEUE, backend).add([Task(b"x", name="later", tag=LONG_TAG, countdown=600)])
+    backend.set_paused(LONG_QUEUE, True)
+    with served(backend) as url:
+        for label, width in WIDTHS.items():
+            at_width(driver, width)
+            driver.get(url + f"queues/emails/task?name={LONG_NAME}")
+            heading = find(driver, "h1 .cut")
+            assert heading.get_attribute("title") == LONG_NAME
+            assert is_cut(driver, heading, widest=width)  # one line, not 20 lines of one name
+            crumb = find(driver, "#task-name")
+            assert crumb.get_attribute("title") == LONG_NAME and is_cut(driver, crumb, width)
+            assert find(driver, "#attr-name").text == LONG_NAME  # the whole, in the details
+            assert find(driver, "#attr-tag").text == LONG_TAG
+            assert overflow(driver) <= 0, f"task page {overflow(driver)} px too wide at {width}"
+            full_shot(driver, f"task-{label}")
+
+            driver.get(url + "queues/emails/task?name=hostile-tag")
+            assert find(driver, "#attr-tag").text.startswith("<script>alert(1)</script>")
+            assert find(driver, "#payload-hex").text.startswith("00000000  00 01 62 69")
+            assert overflow(driver) <= 0, f"binary task {overflow(driver)} px too wide at {width}"
+
+            driver.get(
+                url + "queues/emails/find?name=&payload=%3Cb%3E"
+            )  # '<b>': the long-named task
+            find(driver, "#found-note")
+            cell = find(driver, f'tr.found-task[data-name="{LONG_NAME}"] td.name')
+            assert cell.get_attribute("title") == LONG_NAME
+            assert is_cut(driver, cell)
+            tag = find(driver, f'tr.found-task[data-name="{LONG_NAME}"] td.tag')
+            assert tag.get_attribute("title") == LONG_TAG
+            assert is_cut(driver, tag)
+            assert overflow(driver) <= 0, f"found page {overflow(driver)} px too wide at {width}"
+            full_shot(driver, f"found-{label}")
+
+            driver.get(url + f"queues/{LONG_QUEUE}?tag={LONG_TAG}")
+            find(driver, "#paused-banner")
+            bulk = find(driver, "#bulk h2 .cut")
+            assert bulk.get_attribute("title") == LONG_TAG
+            assert is_cut(driver, bulk)
+            for opened in ("#resume-queue", "#delete-tag", "#run-tag-now"):
+                find(driver, f"{opened} summary").click()
+            assert overflow(driver) <= 0, f"paused queue {overflow(driver)} px too wide at {width}"
+            full_shot(driver, f"paused-{label}")
