@@ -173,6 +173,23 @@ def test_each_new_action_needs_the_typed_name_and_the_origin(
     assert state(backend) != before
 
 
+def test_a_read_only_console_refuses_every_new_action(backend: MemoryBackend) -> None:
+    app = create_app(backend, read_only=True, sample_in_background=False)
+    with TestClient(app) as client:
+        browser = Browser(client)
+        browser.get("/queues/emails")
+        before = state(backend)
+        for action, form in [
+            ("pause", {}),
+            ("run-task-now", {"name": "t5"}),
+            ("delete-tag", {"tag": "alice"}),
+            ("run-tag-now", {"tag": "alice"}),
+        ]:
+            refused = browser.post(f"/queues/emails/{action}", {**form, "confirm": "emails"})
+            assert refused.status_code == 403 and "read-only" in said(refused), action
+        assert state(backend) == before
+
+
 def test_a_cursor_where_nothing_pages_is_a_400(backend: MemoryBackend) -> None:
     unlisted = DelegatingBackend(backend)
     app = create_app(unlisted, sample_in_background=False)  # type: ignore[arg-type]
