@@ -300,8 +300,8 @@ def _refused(call: wire.Call, *, python2: bool) -> bytes:
     detail = (
         "the call's security ticket (request_id) is not this bridge's: set the SDK's ticket"
         " (Python: HTTP_X_APPENGINE_API_TICKET; Go: the GAE_* variables; Python 2.7: the"
-        " RemoteStub's request_id, docs/bridge.md) to the bridge's --ticket-file /"
-        " PULLQUEUE_BRIDGE_TICKET"
+        " RemoteStub's request_id, as the bridge's docs say under 'Python 2.7 apps') to the"
+        " bridge's --ticket-file / PULLQUEUE_BRIDGE_TICKET"
     )
     if call.service == "taskqueue":
         return wire.application_error(Code.PERMISSION_DENIED, detail, python2=python2)

@@ -126,6 +126,7 @@ def test_worker_processes_stop_within_the_bound_and_resume_with_nothing_lost(
         stats = run("stats", "jobs", "--url", url, "--json", env=env)
         assert json.loads(stats.stdout)["paused"] is True
         time.sleep(BOUND + 5)
+        resuming_at = time.time()  # the marker may go any time after this, before run() returns
         resumed = run("resume", "jobs", "--url", url, env=env)
         resumed_at = time.time()
         assert resumed.returncode == 0 and "resumed queue 'jobs'" in resumed.stdout
@@ -145,10 +146,10 @@ def test_worker_processes_stop_within_the_bound_and_resume_with_nothing_lost(
     handled = _handled(tmp_path)
     times = [at for _, at in handled]
     assert any(t < paused_at for t in times)
-    late = [t - paused_at for t in times if paused_at + BOUND < t < resumed_at]
+    late = [t - paused_at for t in times if paused_at + BOUND < t < resuming_at]
     assert late == [], f"handled {len(late)} tasks more than {BOUND} s into the pause"
-    first_after = min(t for t in times if t > resumed_at)
-    last_before = max(t for t in times if t < resumed_at)
+    first_after = min(t for t in times if t > resuming_at)
+    last_before = max(t for t in times if t < resuming_at)
     print(
         f"3 workers, check {CHECK:g} s: last task handled {last_before - paused_at:.2f} s after"
         f" `pullqueue pause` returned (bound {BOUND:g} s), first after resume"
