@@ -1,0 +1,93 @@
+"""The sweeper: one pass publishes the tasks a crash left staged, then deletes their staging.
+
+A task is swept once it has been staged longer than the grace period (its transaction's own
+post-commit publish normally settles it within milliseconds). A staged task's transaction has
+committed: an uncommitted transaction's writes are invisible, so nothing of a rollback is swept.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pullqueue.adapters.base import Backend
+from pullqueue.outbox.layout import StagedTask
+from pullqueue.outbox.publish import publish
+
+DEFAULT_GRACE_SECONDS = 60.0
+"""How long a staged task is left to its own post-commit publish before a sweep publishes it."""
+DEFAULT_PERIOD_SECONDS = 300.0
+"""The period of `pullqueue work` and `pullqueue bridge`'s own sweeps."""
+BATCH = 100
+"""Staged tasks published and deleted per round of a pass."""
+
+
+class OutboxStore(Protocol):
+    """The datastore a sweeper reads: staged tasks older than a time, and their deletion."""
+
+    url: str
+
+    def staged(self, before_usec: int, limit: int) -> list[tuple[Any, StagedTask]]:
+        """Up to `limit` staged tasks staged before `before_usec` (POSIX microseconds), each with
+        its key (as the store's API names it), across every namespace."""
+        ...
+
+    def remove(self, keys: Sequence[Any]) -> None:
+        """Delete staging entities (outside any transaction); a missing one is no error."""
+        ...
+
+
+@dataclass
+class SweepReport:
+    """What one pass did: tasks found staged past the grace period, published now, found already
+    published (by their own transaction's publish or another sweeper), failed (left staged)."""
+
+    found: int = 0
+    published: int = 0
+    already: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready values (`pullqueue sweep --json`)."""
+        return {
+            "found": self.found,
+            "published": self.published,
+            "already_published": self.already,
+            "failed": self.failed,
+            "errors": self.errors[:20],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def sweep(
+    store: OutboxStore,
+    backend: Backend,
+    *,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    max_tasks: int = 10_000,
+    clock: Callable[[], float] = time.time,
+) -> SweepReport:
+    """One pass: publish every task staged more than grace_seconds ago (up to max_tasks), delete
+    the staging of those settled. A failed publish leaves its task staged for the next pass."""
+    started = time.monotonic()
+    report = SweepReport()
+    before = round((clock() - grace_seconds) * 1_000_000)
+    found = store.staged(before, max_tasks)
+    report.found = len(found)
+    for start in range(0, len(found), BATCH):
+        chunk = found[start : start + BATCH]
+        keys = {item.name: key for key, item in chunk}
+        outcome = publish(backend, [item for _, item in chunk])
+        report.published += len(outcome.published)
+        report.already += len(outcome.already)
+        report.failed += len(outcome.failed)
+        report.errors.extend(f"{item.queue}/{item.name}: {exc}" for item, exc in outcome.failed)
+        settled = [keys[item.name] for item in outcome.settled]
+        if settled:
+            store.remove(settled)
+    report.seconds = time.monotonic() - started
+    return report
