@@ -1,7 +1,7 @@
 """The `pullqueue` command: one group and one module per subcommand, all in this package.
 
-Each subcommand (bridge, console, demo, migrate, plan, stats, tasks, dead-letters, work) lives
-in its own module here and shares the options, error handling and exit codes of
+Each subcommand (bridge, console, demo, migrate, plan, stats, sweep, tasks, dead-letters, work)
+lives in its own module here and shares the options, error handling and exit codes of
 `pullqueue.cli.base`, so every command reads and fails the same way and a new one has an obvious
 home.
 """
@@ -21,6 +21,7 @@ from pullqueue.cli.demo import demo
 from pullqueue.cli.migrate import migrate
 from pullqueue.cli.plan import plan
 from pullqueue.cli.stats import stats
+from pullqueue.cli.sweep import sweep
 from pullqueue.cli.tasks import tasks
 from pullqueue.cli.work import work
 from pullqueue.links import source_url
@@ -53,6 +54,7 @@ cli.add_command(plan)
 cli.add_command(migrate)
 cli.add_command(bridge)
 cli.add_command(console)
+cli.add_command(sweep)
 
 
 def main() -> None:

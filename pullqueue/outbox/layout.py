@@ -21,15 +21,17 @@ the transaction wrote (none when the transaction touched no entity)."""
 LAYOUT = 1
 """The `layout` property's value for this layout; a reader skips an entity of a later one."""
 
-QUEUE, PAYLOAD, TAG, ETA_USEC, STAGED_USEC, LAYOUT_PROPERTY = (
+QUEUE, PAYLOAD, TAG, ETA_USEC, STAGED_USEC, LAYOUT_PROPERTY, SWEEP_UNTIL_USEC = (
     "queue",
     "payload",
     "tag",
     "eta_usec",
     "staged_usec",
     "layout",
+    "sweep_until_usec",
 )
-"""Property names. Only `staged_usec` is indexed (the sweeper's filter)."""
+"""Property names. Only `staged_usec` is indexed (the sweeper's filter); `sweep_until_usec` is
+written by a sweeper that publishes the task (its lock, so that two sweepers publish it once)."""
 
 MAX_ENTITY_BYTES = 1_048_572
 """Cloud Datastore's limit on one entity: a staged task must fit in it."""

@@ -22,6 +22,8 @@ DEFAULT_PERIOD_SECONDS = 300.0
 """The period of `pullqueue work` and `pullqueue bridge`'s own sweeps."""
 BATCH = 100
 """Staged tasks published and deleted per round of a pass."""
+LOCK_SECONDS = 60.0
+"""How long a sweeper's lock on a staged task keeps other sweepers off it."""
 
 
 class OutboxStore(Protocol):
@@ -38,16 +40,24 @@ class OutboxStore(Protocol):
         """Delete staging entities (outside any transaction); a missing one is no error."""
         ...
 
+    def lock(self, key: Any, until_usec: int, now_usec: int) -> bool:
+        """In one transaction: set the entity's sweep_until_usec to until_usec unless another
+        sweeper's lock runs past now_usec; False then, or when the entity is gone."""
+        ...
+
 
 @dataclass
 class SweepReport:
-    """What one pass did: tasks found staged past the grace period, published now, found already
-    published (by their own transaction's publish or another sweeper), failed (left staged)."""
+    """What one pass did: tasks found staged past the grace period, published now (republished:
+    of those, names a registry held live), found already published or deleted (tombstoned),
+    failed (left staged), skipped (another sweeper held them, or they were settled meanwhile)."""
 
     found: int = 0
     published: int = 0
     already: int = 0
     failed: int = 0
+    skipped: int = 0
+    republished: int = 0
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -58,6 +68,8 @@ class SweepReport:
             "published": self.published,
             "already_published": self.already,
             "failed": self.failed,
+            "skipped": self.skipped,
+            "republished": self.republished,
             "errors": self.errors[:20],
             "seconds": round(self.seconds, 3),
         }
@@ -78,10 +90,27 @@ def sweep(
     before = round((clock() - grace_seconds) * 1_000_000)
     found = store.staged(before, max_tasks)
     report.found = len(found)
+    registry = getattr(backend, "names", None)
     for start in range(0, len(found), BATCH):
-        chunk = found[start : start + BATCH]
+        now = round(clock() * 1_000_000)
+        until = now + round(LOCK_SECONDS * 1_000_000)
+        chunk = [(key, item) for key, item in found[start : start + BATCH]]
+        chunk = [(key, item) for key, item in chunk if store.lock(key, until, now)]
+        report.skipped += len(found[start : start + BATCH]) - len(chunk)
         keys = {item.name: key for key, item in chunk}
         outcome = publish(backend, [item for _, item in chunk])
+        if registry is not None and outcome.already:
+            # A live name is all a registry knows of a publisher killed after its claim: the
+            # message may be missing, so it is published again (docs/semantics.md, duplicates).
+            claimed = [item for item in outcome.already if _live(registry, item)]
+            for item in claimed:
+                registry.release(item.queue, [item.name])
+            again = publish(backend, claimed)
+            outcome.already = [item for item in outcome.already if item not in claimed]
+            outcome.already += again.already
+            outcome.published += again.published
+            outcome.failed += again.failed
+            report.republished += len(again.published)
         report.published += len(outcome.published)
         report.already += len(outcome.already)
         report.failed += len(outcome.failed)
@@ -91,3 +120,8 @@ def sweep(
             store.remove(settled)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _live(registry: Any, item: StagedTask) -> bool:
+    """Whether the registry holds the name live (not tombstoned: a deleted task was delivered)."""
+    return item.name not in registry.tombstoned(item.queue, [item.name])

@@ -181,3 +181,49 @@ def test_a_rolled_back_transaction_stages_nothing_a_sweep_could_find(ours: Side)
     assert staged_entities() == []
     assert sweep(AppEngineStore(), ours.queue.backend, grace_seconds=0).found == 0
     assert ours.tasks() == []
+
+
+@pytest.mark.parametrize("ours", ["pubsub"], indirect=True)  # memory:// claims as it adds
+def test_a_publisher_killed_between_its_claim_and_its_publish_loses_nothing(ours: Side) -> None:
+    """The registry holds the name live and no message exists: the sweep publishes it again."""
+    backend = ours.backend
+    failing = FailingAdds(backend)  # type: ignore[arg-type]
+
+    def place() -> None:
+        ours.tq.Queue("pulls", backend=failing).add(
+            ours.tq.Task(payload=b"claimed", method="PULL"), transactional=True
+        )
+        Order(number=1).put()
+
+    ndb.transaction(place)
+    [(_key, staged)] = AppEngineStore().staged(2**62, 10)
+    assert backend.names.claim("pulls", [staged.name]) == [None]  # type: ignore[union-attr]
+    report = sweep(AppEngineStore(), backend, grace_seconds=0)  # type: ignore[arg-type]
+    assert (report.published, report.republished, report.already) == (1, 1, 0)
+    assert ours.tasks() == [b"claimed"]
+
+
+def test_two_sweepers_one_lock_and_a_deleted_task_is_not_published_again(ours: Side) -> None:
+    assert ours.backend is not None
+    failing = FailingAdds(ours.backend)
+
+    def place() -> None:
+        ours.tq.Queue("pulls", backend=failing).add(
+            [ours.tq.Task(payload=b"a", method="PULL"), ours.tq.Task(payload=b"b", method="PULL")],
+            transactional=True,
+        )
+        Order(number=1).put()
+
+    ndb.transaction(place)
+    store = AppEngineStore()
+    [(key, _a), _b] = sorted(store.staged(2**62, 10), key=lambda pair: pair[1].payload)
+    assert store.lock(key, 2**62, 0)  # another sweeper is publishing task "a"
+    report = sweep(store, ours.backend, grace_seconds=0)
+    assert (report.found, report.skipped, report.published) == (2, 1, 1)
+    [leased] = ours.queue.lease_tasks(60, 10)
+    assert leased.payload == b"b"
+    ours.queue.delete_tasks(leased)
+    # "b" was delivered and deleted; its staging is gone, and a stray republish is refused.
+    assert [item.payload for _key, item in store.staged(2**62, 10)] == [b"a"]
+    late = publish(ours.backend, [_b[1]])
+    assert len(late.already) == 1

@@ -1,0 +1,92 @@
+"""`pullqueue sweep` as cron runs it: a process of its own, the datastore over the App Engine API.
+
+The datastore is the SDK's own stub served over /rpc_http; the queue is on the Pub/Sub emulator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from google.appengine.datastore import datastore_pb
+
+from pullqueue.outbox.appengine import entity_pb
+from pullqueue.outbox.layout import StagedTask, new_task_name
+from tests.support.datastore_server import APP_ID, DatastoreServer
+from tests.support.emulators import shared_emulator_host
+
+
+@pytest.fixture
+def server() -> Iterator[DatastoreServer]:
+    served = DatastoreServer().start()
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+def stage(server: DatastoreServer, payload: bytes, age: float) -> StagedTask:
+    staged = StagedTask(
+        "pulls", new_task_name(), payload, "t", None, round((time.time() - age) * 1_000_000)
+    )
+    request = datastore_pb.PutRequest()
+    request.entity.add().CopyFrom(entity_pb(staged, APP_ID, None))
+    server.stub.MakeSyncCall("datastore_v3", "Put", request, datastore_pb.PutResponse())
+    return staged
+
+
+def run_sweep(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PUBSUB_EMULATOR_HOST": shared_emulator_host("pubsub"),
+        "PULLQUEUE_AUTO_CREATE": "1",
+        "PULLQUEUE_DEDUPE_URL": "memory://",
+    }
+    return subprocess.run(
+        [sys.executable, "-c", "from pullqueue.cli import main; main()", "sweep", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_one_pass_publishes_what_is_past_the_grace_and_says_so_in_json(
+    server: DatastoreServer,
+) -> None:
+    from pullqueue.adapters.pubsub import PubSubBackend
+
+    project = f"pq-{uuid.uuid4().hex[:12]}"
+    url, datastore = f"pubsub://{project}", f"appengine://{server.host}?app={APP_ID}"
+    old = stage(server, b"old", age=120)
+    stage(server, b"young", age=0)
+    done = run_sweep("--url", url, "--datastore", datastore, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["found"], report["published"], report["failed"]) == (1, 1, 0)
+    backend = PubSubBackend(project, auto_create=True, accept_duplicate_names=True)
+    try:
+        leased = backend.lease("pulls", 60, 10)
+        assert [(task.payload, task.name, task.tag) for task in leased] == [(b"old", old.name, "t")]
+        again = run_sweep("--url", url, "--datastore", datastore, "--grace", "0")
+        assert again.returncode == 0, again.stderr
+        assert "1 staged past the grace period, 1 published" in again.stdout
+    finally:
+        backend.close()
+
+
+def test_bad_input_is_a_usage_error_naming_the_option(server: DatastoreServer) -> None:
+    missing = run_sweep("--url", "memory://")
+    assert missing.returncode == 2
+    assert "--datastore" in missing.stderr and "PULLQUEUE_OUTBOX_DATASTORE" in missing.stderr
+    wrong = run_sweep("--url", "memory://", "--datastore", "mysql://x")
+    assert wrong.returncode == 2 and "appengine://" in wrong.stderr
+    negative = run_sweep("--url", "memory://", "--datastore", "appengine://", "--grace", "nan")
+    assert negative.returncode == 2
