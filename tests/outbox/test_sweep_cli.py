@@ -59,10 +59,11 @@ def run_sweep(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_one_pass_publishes_what_is_past_the_grace_and_says_so_in_json(
-    server: DatastoreServer,
+    server: DatastoreServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pullqueue.adapters.pubsub import PubSubBackend
 
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", shared_emulator_host("pubsub"))
     project = f"pq-{uuid.uuid4().hex[:12]}"
     url, datastore = f"pubsub://{project}", f"appengine://{server.host}?app={APP_ID}"
     old = stage(server, b"old", age=120)
