@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from google.appengine.datastore import datastore_pb
@@ -91,3 +92,50 @@ def test_bad_input_is_a_usage_error_naming_the_option(server: DatastoreServer) -
     assert wrong.returncode == 2 and "appengine://" in wrong.stderr
     negative = run_sweep("--url", "memory://", "--datastore", "appengine://", "--grace", "nan")
     assert negative.returncode == 2
+
+
+def test_pullqueue_work_sweeps_by_itself_and_its_handler_gets_the_task(
+    server: DatastoreServer, tmp_path: Path
+) -> None:
+    (tmp_path / "sink.py").write_text(
+        "import os\n"
+        "def handle(task):\n"
+        "    with open(os.environ['SINK'], 'ab') as out:\n"
+        "        out.write(task.payload + b'\\n')\n"
+    )
+    sink = tmp_path / "got"
+    stage(server, b"swept", age=120)
+    env = {
+        **os.environ,
+        "PUBSUB_EMULATOR_HOST": shared_emulator_host("pubsub"),
+        "PULLQUEUE_AUTO_CREATE": "1",
+        "PULLQUEUE_DEDUPE_URL": "memory://",
+        "SINK": str(sink),
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from pullqueue.cli import main; main()",
+            "work",
+            "pulls",
+            "sink:handle",
+            "--url",
+            f"pubsub://pq-{uuid.uuid4().hex[:12]}",
+            "--sweep-datastore",
+            f"appengine://{server.host}?app={APP_ID}",
+            "--sweep-period",
+            "0.5",
+            "--exit-when-idle",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert sink.read_bytes() == b"swept\n"
+    assert "event=sweep" in done.stderr and "published=1" in done.stderr
