@@ -126,6 +126,12 @@ class Settings(BaseSettings):
         description="How long a staged task is left to its own post-commit publish before a"
         " sweep publishes it.",
     )
+    sweep_lock_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="How long a sweeper keeps other sweepers off a staged task it publishes"
+        " (longer than a pass takes to publish it).",
+    )
     sweep_period_seconds: float = Field(
         300.0,
         ge=0,

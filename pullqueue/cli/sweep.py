@@ -73,6 +73,7 @@ def sweep(url: str | None, datastore: str | None, grace: float | None, as_json: 
             store,
             backend,
             grace_seconds=settings.sweep_grace_seconds if grace is None else grace,
+            lock_seconds=settings.sweep_lock_seconds,
         )
     finally:
         backend.close()

@@ -188,7 +188,7 @@ def work(
             concurrency,
             exit_when_idle,
             max_backoff,
-            (store, sweep_period, settings.sweep_grace_seconds),
+            (store, sweep_period, settings.sweep_grace_seconds, settings.sweep_lock_seconds),
         )
     finally:
         if endpoint is not None:
@@ -196,7 +196,7 @@ def work(
 
 
 def _start_sweeper(
-    backend: Backend, store: OutboxStore | None, period: float, grace: float
+    backend: Backend, store: OutboxStore | None, period: float, grace: float, lock: float
 ) -> PeriodicSweeper | None:
     if store is None:
         return None
@@ -206,7 +206,9 @@ def _start_sweeper(
             log_event(logger, logging.INFO, "sweep", **report.as_dict())
 
     log_event(logger, logging.INFO, "sweeping", datastore=store.url, period=period, grace=grace)
-    return PeriodicSweeper(store, backend, period=period, grace=grace, on_report=logged).start()
+    return PeriodicSweeper(
+        store, backend, period=period, grace=grace, lock=lock, on_report=logged
+    ).start()
 
 
 def _serve_metrics(port: int) -> PrometheusEndpoint:
@@ -226,7 +228,7 @@ def _work(
     concurrency: int,
     exit_when_idle: float | None,
     max_backoff: float,
-    sweeping: tuple[OutboxStore | None, float, float] = (None, 0.0, 0.0),
+    sweeping: tuple[OutboxStore | None, float, float, float] = (None, 0.0, 0.0, 0.0),
 ) -> None:
     backend = connect_backend(url, shared=True, memory_warning=True)
     try:

@@ -26,12 +26,13 @@ class PeriodicSweeper:
         *,
         period: float,
         grace: float,
+        lock: float = 60.0,
         on_report: Callable[[SweepReport], None] | None = None,
     ) -> None:
         if not period > 0:
             raise ValueError(f"a sweep period is above zero, got {period}")
         self.store, self.backend = store, backend
-        self.period, self.grace = period, grace
+        self.period, self.grace, self.lock = period, grace, lock
         self.passes = 0
         self._on_report = on_report
         self._stopping = threading.Event()
@@ -51,7 +52,9 @@ class PeriodicSweeper:
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                report = sweep(self.store, self.backend, grace_seconds=self.grace)
+                report = sweep(
+                    self.store, self.backend, grace_seconds=self.grace, lock_seconds=self.lock
+                )
             except Exception as exc:
                 logger.warning("outbox sweep of %s failed: %s", self.store.url, exc)
             else:

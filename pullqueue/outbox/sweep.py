@@ -81,10 +81,14 @@ def sweep(
     *,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
     max_tasks: int = 10_000,
+    lock_seconds: float = LOCK_SECONDS,
     clock: Callable[[], float] = time.time,
 ) -> SweepReport:
     """One pass: publish every task staged more than grace_seconds ago (up to max_tasks), delete
-    the staging of those settled. A failed publish leaves its task staged for the next pass."""
+    the staging of those settled. A failed publish leaves its task staged for the next pass.
+
+    Each task is locked for lock_seconds first (longer than a pass takes to publish it): a
+    sweeper killed holding it delays its task by that much."""
     started = time.monotonic()
     report = SweepReport()
     before = round((clock() - grace_seconds) * 1_000_000)
@@ -93,7 +97,7 @@ def sweep(
     registry = getattr(backend, "names", None)
     for start in range(0, len(found), BATCH):
         now = round(clock() * 1_000_000)
-        until = now + round(LOCK_SECONDS * 1_000_000)
+        until = now + round(lock_seconds * 1_000_000)
         chunk = [(key, item) for key, item in found[start : start + BATCH]]
         chunk = [(key, item) for key, item in chunk if store.lock(key, until, now)]
         report.skipped += len(found[start : start + BATCH]) - len(chunk)

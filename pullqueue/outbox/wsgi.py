@@ -32,6 +32,7 @@ def sweep_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> It
         AppEngineStore(settings.outbox_datastore or "appengine://"),
         default_backend(),
         grace_seconds=settings.sweep_grace_seconds,
+        lock_seconds=settings.sweep_lock_seconds,
     )
     status = "500 Internal Server Error" if report.failed else "200 OK"
     start_response(status, [("Content-Type", "application/json")])

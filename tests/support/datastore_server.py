@@ -11,7 +11,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from google.appengine.api import apiproxy_stub_map
+from google.appengine.api import api_base_pb2, apiproxy_stub_map
 from google.appengine.api.datastore_file_stub import DatastoreFileStub
 from google.appengine.datastore import datastore_pb, datastore_stub_util
 from google.appengine.runtime import apiproxy_errors
@@ -28,9 +28,9 @@ _MESSAGES: dict[str, tuple[Any, Any]] = {
     "Next": (datastore_pb.NextRequest, datastore_pb.QueryResult),
     "BeginTransaction": (datastore_pb.BeginTransactionRequest, datastore_pb.Transaction),
     "Commit": (datastore_pb.Transaction, datastore_pb.CommitResponse),
-    "Rollback": (datastore_pb.Transaction, datastore_pb.Transaction),
+    "Rollback": (datastore_pb.Transaction, api_base_pb2.VoidProto),
     "AllocateIds": (datastore_pb.AllocateIdsRequest, datastore_pb.AllocateIdsResponse),
-    "DeleteCursor": (datastore_pb.Cursor, datastore_pb.Transaction),
+    "DeleteCursor": (datastore_pb.Cursor, api_base_pb2.VoidProto),
 }
 
 
@@ -108,3 +108,19 @@ def use_datastore_at(host: str) -> None:
     default_api_stub.DefaultApiStub.SetUseRequestSecurityTicketForThread(True)
     apiproxy_stub_map.apiproxy = apiproxy_stub_map.APIProxyStubMap()
     apiproxy_stub_map.apiproxy.RegisterStub("datastore_v3", default_api_stub.DefaultApiStub())
+
+
+def ids_of(server: DatastoreServer, kind: str) -> set[int]:
+    """The numeric ids of every entity of kind in the server's default namespace."""
+    query = datastore_pb.Query(app=APP_ID, kind=kind, keys_only=True)
+    result = datastore_pb.QueryResult()
+    server.stub.MakeSyncCall("datastore_v3", "RunQuery", query, result)
+    ids = {entity.key.path.element[-1].id for entity in result.result}
+    while result.more_results:
+        more = datastore_pb.QueryResult()
+        server.stub.MakeSyncCall(
+            "datastore_v3", "Next", datastore_pb.NextRequest(cursor=result.cursor, count=1000), more
+        )
+        ids |= {entity.key.path.element[-1].id for entity in more.result}
+        result = more
+    return ids
