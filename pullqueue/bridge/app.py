@@ -74,7 +74,7 @@ class Bridge:
         upstream: str | None = None,
         threads: int = 64,
     ) -> None:
-        self.service = TaskQueueService(backend)
+        self.service = TaskQueueService(backend, upstream=upstream is not None)
         self.ticket = ticket
         self.upstream = upstream
         self.draining = False
@@ -170,7 +170,7 @@ class Bridge:
             logger.info("call refused: %s.%s: %s", service or "?", method or "?", failure.detail)
             answer = wire.rpc_error(failure.code, failure.detail)
         except wire.ApplicationFailure as failure:
-            outcome = Code.ErrorCode.Name(failure.code).lower()
+            outcome = _outcome(failure.code)
             answer = wire.application_error(failure.code, failure.detail)
         finally:
             attributes = {"rpc.service": service or "?", "rpc.method": method or "?"}
@@ -219,6 +219,25 @@ class Bridge:
                 " taskqueue service only (start it with --upstream HOST:PORT to forward the"
                 " other services to the App Engine API)",
             )
+        if call.service == "datastore_v3" and self.service.outbox.enabled:
+            # Transactional adds stage their tasks in the app's transaction (bridge/outbox.py).
+            async def post(data: bytes) -> bytes:
+                answer = await self._post_upstream(request, call, data, deadline)
+                if answer.status != 200 or not isinstance(answer.body, bytes):
+                    raise wire.RpcFailure(
+                        RpcError.UNKNOWN,
+                        f"{call.service}.{call.method}: the upstream {self.upstream} answered"
+                        f" HTTP {answer.status}",
+                    )
+                return answer.body
+
+            outbox = self.service.outbox
+            return _answer(await outbox.forward(call.method, call.ticket, body, call.request, post))
+        return await self._post_upstream(request, call, body, deadline)
+
+    async def _post_upstream(
+        self, request: web.Request, call: wire.Call, body: bytes, deadline: float
+    ) -> web.Response:
         if self._session is None:
             self._session = ClientSession()
         headers = {k: request.headers[k] for k in _FORWARDED_HEADERS if k in request.headers}
@@ -246,6 +265,13 @@ class Bridge:
                 RpcError.UNKNOWN,
                 f"{call.service}.{call.method}: the upstream {self.upstream} failed: {exc}",
             ) from None
+
+
+def _outcome(code: int) -> str:
+    """A taskqueue code's metric label; DATASTORE_ERROR + n (a transaction's error) as one."""
+    if code >= Code.DATASTORE_ERROR:
+        return "datastore_error"
+    return str(Code.ErrorCode.Name(code)).lower()
 
 
 def _deadline(header: str | None) -> float:

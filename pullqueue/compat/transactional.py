@@ -18,7 +18,7 @@ from typing import Any
 
 from pullqueue.adapters.base import Backend
 from pullqueue.errors import BadTransactionStateError
-from pullqueue.outbox.appengine import entity_pb, root_of
+from pullqueue.outbox.appengine import entity_pbs, root_of
 from pullqueue.outbox.layout import StagedTask
 from pullqueue.outbox.publish import publish
 
@@ -158,9 +158,9 @@ def _stage_now(connection: Any, outbox: list[tuple[Backend, StagedTask]]) -> Non
     now = round(time.time() * 1_000_000)
     request = datastore_pb.PutRequest()
     for i, (backend, staged) in enumerate(outbox):
-        staged = dataclasses.replace(staged, staged_usec=now)
-        outbox[i] = (backend, staged)
-        request.entity.add().CopyFrom(entity_pb(staged, app, root))
+        outbox[i] = (backend, dataclasses.replace(staged, staged_usec=now))
+    for entity in entity_pbs([staged for _, staged in outbox], app, root):
+        request.entity.add().CopyFrom(entity)
     connection._set_request_transaction(request)
     rpc = connection._make_rpc_call(None, "Put", request, datastore_pb.PutResponse())
     connection.check_rpc_success(rpc)

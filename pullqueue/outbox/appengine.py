@@ -39,6 +39,18 @@ def entity_pb(staged: StagedTask, app: str, root: Any | None) -> Any:
     return entity.ToPb()
 
 
+def entity_pbs(staged: Sequence[StagedTask], app: str, root: Any | None) -> list[Any]:
+    """The staging entities of a transaction's tasks, all in one entity group: under `root`, or,
+    when the transaction touched no entity, under the first task's own (a root entity)."""
+    entities: list[Any] = []
+    for item in staged:
+        entity = entity_pb(item, app, root)
+        if root is None:
+            root = root_of(entity.key)
+        entities.append(entity)
+    return entities
+
+
 class AppEngineStore:
     """Staged tasks read and deleted through the App Engine datastore API (datastore_v3).
 
