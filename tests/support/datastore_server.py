@@ -37,9 +37,9 @@ _MESSAGES: dict[str, tuple[Any, Any]] = {
 class DatastoreServer:
     """The SDK's DatastoreFileStub (consistent, in memory unless `path`) at 127.0.0.1:port."""
 
-    def __init__(self, path: str | None = None, port: int = 0) -> None:
+    def __init__(self, path: str | None = None, port: int = 0, app_id: str = APP_ID) -> None:
         self.stub = DatastoreFileStub(
-            APP_ID,
+            app_id,
             path,
             save_changes=path is not None,
             consistency_policy=datastore_stub_util.PseudoRandomHRConsistencyPolicy(probability=1),
@@ -110,9 +110,9 @@ def use_datastore_at(host: str) -> None:
     apiproxy_stub_map.apiproxy.RegisterStub("datastore_v3", default_api_stub.DefaultApiStub())
 
 
-def ids_of(server: DatastoreServer, kind: str) -> set[int]:
+def ids_of(server: DatastoreServer, kind: str, app_id: str = APP_ID) -> set[int]:
     """The numeric ids of every entity of kind in the server's default namespace."""
-    query = datastore_pb.Query(app=APP_ID, kind=kind, keys_only=True)
+    query = datastore_pb.Query(app=app_id, kind=kind, keys_only=True)
     result = datastore_pb.QueryResult()
     server.stub.MakeSyncCall("datastore_v3", "RunQuery", query, result)
     ids = {entity.key.path.element[-1].id for entity in result.result}
