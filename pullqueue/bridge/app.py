@@ -63,7 +63,9 @@ class Bridge:
     """The service bridge over one backend: answers /rpc_http calls, forwards other services.
 
     `ticket`, when set, is the only request_id accepted; `upstream` (HOST:PORT) receives the
-    calls of other services unchanged; `threads` bounds the taskqueue calls served at once.
+    calls of other services unchanged (and stages transactional adds, bridge/outbox.py);
+    `threads` bounds the taskqueue calls served at once; `sweep_period` (seconds, 0: never) is
+    how often the outbox of the app seen adding transactionally is swept through the upstream.
     """
 
     def __init__(
@@ -73,8 +75,9 @@ class Bridge:
         ticket: str | None = None,
         upstream: str | None = None,
         threads: int = 64,
+        sweep_period: float = 0.0,
     ) -> None:
-        self.service = TaskQueueService(backend, upstream=upstream is not None)
+        self.service = TaskQueueService(backend, upstream=upstream, sweep_period=sweep_period)
         self.ticket = ticket
         self.upstream = upstream
         self.draining = False
@@ -97,6 +100,7 @@ class Bridge:
         return app
 
     async def _close(self, _app: web.Application) -> None:
+        await asyncio.to_thread(self.service.outbox.close)
         if self._session is not None:
             await self._session.close()
         # Off the loop, so the drain's grace period can still end a call that runs on.

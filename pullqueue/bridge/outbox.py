@@ -58,9 +58,21 @@ class _Pending:
 class TransactionalAdds:
     """Staged tasks by transaction, and the datastore_v3 calls that carry them to a commit."""
 
-    def __init__(self, backend: Backend, *, enabled: bool) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        upstream: str | None,
+        sweep_period: float = 0.0,
+        sweep_grace: float = 60.0,
+        sweep_lock: float = 60.0,
+    ) -> None:
         self.backend = backend
-        self.enabled = enabled
+        self.upstream = upstream
+        self.enabled = upstream is not None
+        self.sweep_period, self.sweep_grace, self.sweep_lock = sweep_period, sweep_grace, sweep_lock
+        self.sweeper: Any = None
+        """The PeriodicSweeper of the first app seen adding transactionally (with a period)."""
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._groups: dict[tuple[str, int], tuple[str, Any, Any]] = {}
@@ -135,11 +147,36 @@ class TransactionalAdds:
                     f"Too many messages, maximum allowed {MAX_TASKS_PER_TRANSACTION}",
                 )
             pending.tasks.extend(staged)
+            if self.sweeper is None and self.sweep_period > 0:
+                self.sweeper = self._start_sweeper(transaction.app)
         for item in staged:
             result = response.taskresult.add()
             result.result = OK
             result.chosen_task_name = item.name.encode("utf-8")
         return bytes(response.SerializeToString())
+
+    def _start_sweeper(self, app: str) -> Any:
+        """Sweep the app's outbox through the upstream every sweep_period (the app's id, with
+        its partition, comes from its first transactional add)."""
+        from pullqueue.outbox.appengine import AppEngineStore
+        from pullqueue.outbox.periodic import PeriodicSweeper
+
+        store = AppEngineStore(f"appengine://{self.upstream}?app={app}")
+        logger.info(
+            "sweeping the outbox of %s through %s every %g s", app, self.upstream, self.sweep_period
+        )
+        return PeriodicSweeper(
+            store,
+            self.backend,
+            period=self.sweep_period,
+            grace=self.sweep_grace,
+            lock=self.sweep_lock,
+        ).start()
+
+    def close(self) -> None:
+        """Stop sweeping."""
+        if self.sweeper is not None:
+            self.sweeper.stop()
 
     def _prune(self) -> None:
         old = time.monotonic() - _FORGET_SECONDS

@@ -20,6 +20,7 @@ from pullqueue.bridge.outbox import TransactionalAdds
 from pullqueue.bridge.proto import taskqueue_service_pb2 as pb
 from pullqueue.bridge.proto.remote_api_pb2 import RpcError
 from pullqueue.bridge.wire import ApplicationFailure, RpcFailure
+from pullqueue.config import Settings
 from pullqueue.errors import DeadlineExceededError, Error, TooManyTasksError
 from pullqueue.limits import MAX_TASKS_PER_ADD
 from pullqueue.queue import Queue
@@ -42,9 +43,18 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 class TaskQueueService:
     """Serves taskqueue calls on one backend; safe to call from many threads at once."""
 
-    def __init__(self, backend: Backend, *, upstream: bool = False) -> None:
+    def __init__(
+        self, backend: Backend, *, upstream: str | None = None, sweep_period: float = 0.0
+    ) -> None:
         self.backend = backend
-        self.outbox = TransactionalAdds(backend, enabled=upstream)
+        settings = Settings()
+        self.outbox = TransactionalAdds(
+            backend,
+            upstream=upstream,
+            sweep_period=sweep_period,
+            sweep_grace=settings.sweep_grace_seconds,
+            sweep_lock=settings.sweep_lock_seconds,
+        )
         self._queues: dict[str, Queue] = {}
         self._methods: dict[str, Callable[[bytes, float], bytes]] = {
             "Add": self._add,

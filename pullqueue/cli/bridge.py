@@ -17,11 +17,13 @@ from pullqueue.cli.base import (
     EXIT_USAGE,
     Command,
     Count,
+    FiniteFloat,
     connect_backend,
     fail,
     serve_metrics,
     url_option,
 )
+from pullqueue.config import Settings
 from pullqueue.listen import is_loopback, parse_listen
 
 TICKET_ENV = "PULLQUEUE_BRIDGE_TICKET"
@@ -59,6 +61,13 @@ backend closed), 1 that it could not serve (the message says why).""",
     " bridge, e.g. appengine.googleapis.internal:10001 [default: answer them with an error].",
 )
 @click.option(
+    "--sweep-period",
+    type=FiniteFloat(0, 86400),
+    metavar="SECONDS",
+    help="With --upstream: sweep the transactional outbox of the app through it this often; 0"
+    " turns it off [default: env PULLQUEUE_SWEEP_PERIOD_SECONDS, else 300].",
+)
+@click.option(
     "--ticket-file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help=f"File holding the security ticket every call must carry [default: env {TICKET_ENV},"
@@ -75,6 +84,7 @@ def bridge(
     url: str | None,
     listen: str,
     upstream: str | None,
+    sweep_period: float | None,
     ticket_file: Path | None,
     metrics_port: int | None,
 ) -> None:
@@ -84,6 +94,10 @@ def bridge(
     google.golang.org/appengine): point API_HOST and API_PORT at the bridge and their
     lease_tasks / LeaseByTag / delete calls reach the backend, with the legacy semantics and
     errors. One bridge per worker instance (a sidecar) is the intended shape.
+
+    With --upstream, transactional adds are staged in the app's datastore transaction and
+    published when it commits; the bridge then sweeps what a crash left staged every
+    --sweep-period (docs/bridge.md).
     """
     try:
         from pullqueue.bridge import Bridge, serve
@@ -108,7 +122,9 @@ def bridge(
     endpoint = serve_metrics(metrics_port) if metrics_port is not None else None
     backend = connect_backend(url, shared=True)
     try:
-        server = Bridge(backend, ticket=ticket, upstream=upstream)
+        if sweep_period is None:
+            sweep_period = Settings().sweep_period_seconds
+        server = Bridge(backend, ticket=ticket, upstream=upstream, sweep_period=sweep_period)
 
         def ready(bound: int) -> None:
             shown = f"[{host}]" if ":" in host else host

@@ -167,3 +167,77 @@ def test_without_upstream_a_transactional_add_is_refused_saying_to_give_it() -> 
         with pytest.raises(Exception, match="--upstream"):
             apiproxy_stub_map.MakeSyncCall("taskqueue", "BulkAdd", request, response)
     assert backend.lease("pulls", 60, 10) == []
+
+
+def test_a_bridge_process_sweeps_the_outbox_of_the_app_it_serves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`pullqueue bridge --upstream` learns the app from its first transactional add and sweeps
+    its outbox through the upstream: a task a crash left staged is published."""
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    from google.appengine.datastore import datastore_pb
+
+    from pullqueue.adapters.pubsub import PubSubBackend
+    from pullqueue.listen import free_port
+    from pullqueue.outbox.appengine import entity_pb
+    from pullqueue.outbox.layout import StagedTask, new_task_name
+    from tests.support.emulators import shared_emulator_host
+
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", shared_emulator_host("pubsub"))
+    monkeypatch.setenv("APPLICATION_ID", APP_ID)
+    server = DatastoreServer().start()
+    project = f"pq-{uuid.uuid4().hex[:12]}"
+    left = StagedTask("pulls", new_task_name(), b"left", None, None, 0)
+    put = datastore_pb.PutRequest()
+    put.entity.add().CopyFrom(entity_pb(left, APP_ID, None))
+    server.stub.MakeSyncCall("datastore_v3", "Put", put, datastore_pb.PutResponse())
+    port = free_port()
+    env = {
+        **os.environ,
+        "PULLQUEUE_AUTO_CREATE": "1",
+        "PULLQUEUE_DEDUPE_URL": "memory://",
+        "PULLQUEUE_SWEEP_GRACE_SECONDS": "0.5",
+    }
+    bridge = subprocess.Popen(
+        [sys.executable, "-c", "from pullqueue.cli import main; main()", "bridge", "--url",
+         f"pubsub://{project}", "--listen", f"127.0.0.1:{port}", "--upstream", server.host,
+         "--sweep-period", "0.5"],
+        env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    backend = PubSubBackend(project, auto_create=True, accept_duplicate_names=True)
+    try:
+        assert bridge.stderr is not None
+        assert "serving taskqueue" in bridge.stderr.readline()
+        with sdk_through_bridge(port) as stub:
+            apiproxy_stub_map.apiproxy.RegisterStub("datastore_v3", stub)
+            context = ndb.get_context()
+            context.set_cache_policy(False)
+            context.set_memcache_policy(False)
+
+            def place() -> None:
+                sdk_taskqueue.Queue("pulls").add(
+                    sdk_taskqueue.Task(payload=b"now", method="PULL"), transactional=True
+                )
+                Order(id=5, number=5).put()
+
+            ndb.transaction(place)
+        got: list[bytes] = []
+        ends = time.monotonic() + 30
+        while sorted(got) != [b"left", b"now"] and time.monotonic() < ends:
+            tasks = backend.lease("pulls", 60, 10)
+            got += [task.payload for task in tasks]
+            if tasks:
+                backend.delete("pulls", tasks)
+        assert sorted(got) == [b"left", b"now"]
+        assert staged(server) == 0
+    finally:
+        ndb.tasklets._state.clear_all_pending()
+        ndb.tasklets.set_context(None)
+        bridge.terminate()
+        bridge.wait(30)
+        backend.close()
+        server.stop()
