@@ -97,7 +97,7 @@ def bridge(
 
     With --upstream, transactional adds are staged in the app's datastore transaction and
     published when it commits; the bridge then sweeps what a crash left staged every
-    --sweep-period (docs/bridge.md).
+    --sweep-period.
     """
     try:
         from pullqueue.bridge import Bridge, serve
