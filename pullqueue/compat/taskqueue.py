@@ -17,6 +17,7 @@ from collections.abc import Iterable as _Iterable
 
 from pullqueue import limits
 from pullqueue.compat import apiproxy_errors
+from pullqueue.compat import cloud_ndb as _cloud_ndb
 from pullqueue.compat import transactional as _transactional
 from pullqueue.errors import (
     BadTaskStateError,
@@ -669,9 +670,10 @@ class Queue:
         Per-task failures (TaskAlreadyExistsError, TombstonedTaskError) are raised after the
         other tasks were added; check `was_enqueued` to see which were.
 
-        transactional=True inside an ndb or db transaction stages the tasks in it (the outbox:
-        pullqueue.outbox), publishes them once it commits, and not at all if it rolls back (the
-        legacy guarantee); outside one it raises BadTransactionStateError, as the SDK does.
+        transactional=True inside an ndb, db or google-cloud-ndb transaction stages the tasks in
+        it (the outbox: pullqueue.outbox), publishes them once it commits, and not at all if it
+        rolls back (the legacy guarantee); outside one it raises BadTransactionStateError, as the
+        SDK does.
         """
         single = isinstance(task, _CoreTask)
         tasks: list[_CoreTask] = [task] if isinstance(task, _CoreTask) else list(task)
@@ -704,10 +706,12 @@ class Queue:
         self, tasks: list[_CoreTask], single: bool, derived: list[Task]
     ) -> Task | list[Task]:
         connection = _transactional.transaction_connection()
-        if connection is None:
+        cloud = None if connection is not None else _cloud_ndb.transaction_context()
+        if connection is None and cloud is None:
             raise BadTransactionStateError(
                 "Transactional adds are not allowed outside of transactions: call add inside an"
-                " ndb or db transaction (the tasks are added when it commits), or without"
+                " ndb, db or google-cloud-ndb transaction (the tasks are added when it commits), or"
+                " without"
                 " transactional=True",
                 queue=self.name,
             )
@@ -725,7 +729,10 @@ class Queue:
                 f" {MAX_TRANSACTIONAL_REQUEST_SIZE_BYTES}; found {size}",
                 queue=self.name,
             )
-        added = _transactional_tasks.get(connection, 0) + len(tasks)
+        if cloud is not None:
+            added = _cloud_ndb.tasks_so_far(cloud) + len(tasks)
+        else:
+            added = _transactional_tasks.get(connection, 0) + len(tasks)
         if added > _MAX_TRANSACTIONAL_TASKS:
             raise DatastoreError(
                 f"Too many messages, maximum allowed {_MAX_TRANSACTIONAL_TASKS}: a transaction"
@@ -736,8 +743,11 @@ class Queue:
         # Every limit is checked now, so the staged tasks publish unless the backend fails.
         self._queue._check_add(tasks)
         staged = [_outbox_task(self.name, item) for item in tasks]
-        _transactional.stage(connection, self._queue.backend, self.name, staged)
-        _transactional_tasks[connection] = added
+        if cloud is not None:
+            _cloud_ndb.stage(cloud, self._queue.backend, staged)
+        else:
+            _transactional.stage(connection, self._queue.backend, self.name, staged)
+            _transactional_tasks[connection] = added
         # As the SDK, the call answers the tasks named and marked enqueued in this queue; they
         # are not updated if the transaction rolls back.
         for item, record in zip(tasks, staged, strict=True):

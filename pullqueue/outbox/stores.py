@@ -2,7 +2,8 @@
 
 `appengine://` is the App Engine datastore API of this process (on App Engine, or a testbed);
 `appengine://HOST:PORT` is that API served at HOST:PORT (the dev server's API port, the bridge's
-`--upstream`).
+`--upstream`); `datastore://PROJECT[/DATABASE]` is Cloud Datastore (Firestore in Datastore mode),
+where google-cloud-ndb apps stage.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pullqueue.config import Settings
 from pullqueue.errors import ConfigurationError
 from pullqueue.outbox.sweep import OutboxStore
 
-SCHEMES = "appengine:// or appengine://HOST:PORT?app=APP_ID"
+SCHEMES = "appengine://, appengine://HOST:PORT?app=APP_ID or datastore://PROJECT[/DATABASE]"
 
 
 def connect_store(url: str | None = None, *, settings: Settings | None = None) -> OutboxStore:
@@ -29,4 +30,8 @@ def connect_store(url: str | None = None, *, settings: Settings | None = None) -
         from pullqueue.outbox.appengine import AppEngineStore
 
         return AppEngineStore(url)
+    if scheme == "datastore":
+        from pullqueue.outbox.cloud import CloudDatastoreStore
+
+        return CloudDatastoreStore(url)
     raise ConfigurationError(f"unknown outbox datastore URL {url!r}: expected {SCHEMES}")
