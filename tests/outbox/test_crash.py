@@ -13,15 +13,18 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.dedupe import connect_registry
+from pullqueue.listen import free_port
 from pullqueue.outbox.layout import KIND
 from tests.outbox.crash_worker import GRACE_SECONDS, LOCK_SECONDS
 from tests.support.datastore_server import APP_ID, DatastoreServer, ids_of
@@ -43,32 +46,68 @@ def spawn(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
     )
 
 
-def staged_count(server: DatastoreServer) -> int:
-    from google.appengine.datastore import datastore_pb
+class Datastore:
+    """Where the apps of one API keep their entities, as the test reads them."""
 
-    query = datastore_pb.Query(app=APP_ID, kind=KIND, keys_only=True)
-    result = datastore_pb.QueryResult()
-    server.stub.MakeSyncCall("datastore_v3", "RunQuery", query, result)
-    return len(result.result)
+    def __init__(self, api: str, server: DatastoreServer, project: str) -> None:
+        self.api, self.server, self.project = api, server, project
+
+    @property
+    def url(self) -> str:
+        if self.api == "cloud-ndb":
+            return f"datastore://{self.project}"
+        return f"appengine://{self.server.host}?app={APP_ID}"
+
+    def ids(self, kind: str) -> set[Any]:
+        if self.api == "cloud-ndb":
+            from google.cloud import datastore
+
+            query = datastore.Client(project=self.project).query(kind=kind)
+            query.keys_only()
+            return {entity.key.id_or_name for entity in query.fetch()}
+        if kind == KIND:
+            from google.appengine.datastore import datastore_pb
+
+            request = datastore_pb.Query(app=APP_ID, kind=KIND, keys_only=True)
+            result = datastore_pb.QueryResult()
+            self.server.stub.MakeSyncCall("datastore_v3", "RunQuery", request, result)
+            return {entity.key.path.element[-1].name for entity in result.result}
+        return set(ids_of(self.server, kind))
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("api", ["bundled-ndb", "cloud-ndb", "bridge-python-sdk"])
 def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, api: str
 ) -> None:
     project = f"pq-{uuid.uuid4().hex[:12]}"
     registry_url = f"firestore://pullqueue-test?collection=outbox-{uuid.uuid4().hex[:12]}"
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", shared_emulator_host("pubsub"))
     monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", shared_emulator_host("firestore"))
+    if api == "cloud-ndb":
+        monkeypatch.setenv("DATASTORE_EMULATOR_HOST", shared_emulator_host("datastore"))
     server = DatastoreServer().start()
+    store = Datastore(api, server, project)
+    prefix = {"cloud-ndb": "cloud-", "bridge-python-sdk": "bridge-"}.get(api, "")
+    bridge_port = free_port()
     env = {
         **os.environ,
         "DATASTORE_HOST": server.host,
+        "DATASTORE_PROJECT": project,
         "PULLQUEUE_URL": f"pubsub://{project}",
         "PULLQUEUE_AUTO_CREATE": "1",
         "PULLQUEUE_DEDUPE_URL": registry_url,
         "PULLQUEUE_SWEEP_LOCK_SECONDS": str(LOCK_SECONDS),
+        "PULLQUEUE_SWEEP_GRACE_SECONDS": str(GRACE_SECONDS),
+        "BRIDGE_HOST": f"127.0.0.1:{bridge_port}",
     }
+
+    def start_sweeper() -> subprocess.Popen[bytes]:
+        """The sweeper; through the bridge, the bridge itself (it publishes and sweeps)."""
+        if api == "bridge-python-sdk":
+            return spawn_bridge(env, bridge_port, server.host)
+        return spawn(env, f"{prefix}sweeper")
+
     rng = random.Random(os.environ.get("PULLQUEUE_CRASH_SEED"))
     kills: Counter[str] = Counter()
     apps: dict[int, subprocess.Popen[bytes]] = {}
@@ -77,11 +116,11 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
         # Provision the topic and subscriptions once, before anyone is killed.
         PubSubBackend(project, auto_create=True, names=None).close()
         for _ in range(ROUNDS):
+            if sweeper is None or sweeper.poll() is not None:
+                sweeper = start_sweeper()
             for k in range(APPS):
                 if k not in apps or apps[k].poll() is not None:
-                    apps[k] = spawn(env, "app", str(k + 1), str(APPS), str(IDS + 1))
-            if sweeper is None or sweeper.poll() is not None:
-                sweeper = spawn(env, "sweeper")
+                    apps[k] = spawn(env, f"{prefix}app", str(k + 1), str(APPS), str(IDS + 1))
             time.sleep(rng.uniform(0.2, 2.0))
             victim = rng.choice([*range(APPS), "sweeper"])
             process = sweeper if victim == "sweeper" else apps[victim]  # type: ignore[index]
@@ -89,31 +128,36 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
                 process.send_signal(signal.SIGKILL)
                 process.wait()
                 kills[str(victim)] += 1
-        if sweeper is not None:
+        if api == "bridge-python-sdk" and (sweeper is None or sweeper.poll() is not None):
+            sweeper = start_sweeper()  # the apps need their bridge to finish
+        elif sweeper is not None:
             sweeper.send_signal(signal.SIGKILL)
             sweeper.wait()
         # The apps finish the ids left without being killed.
         for k in range(APPS):
             if apps[k].poll() is not None and apps[k].returncode != 0:
-                apps[k] = spawn(env, "app", str(k + 1), str(APPS), str(IDS + 1))
+                apps[k] = spawn(env, f"{prefix}app", str(k + 1), str(APPS), str(IDS + 1))
         for process in apps.values():
             assert process.wait(timeout=300) == 0
-        committed = ids_of(server, "Order")
+        if sweeper is not None and sweeper.poll() is None:
+            sweeper.send_signal(signal.SIGKILL)
+            sweeper.wait()
+        committed = store.ids("Order")
         assert committed == {i for i in range(1, IDS + 1) if i % 5}, (
             "every transaction committed once"
         )
         # The bound: a sweep after the grace period (and the lock of a sweeper killed holding a
         # task) publishes whatever a crash left staged.
-        left = staged_count(server)
+        left = len(store.ids(KIND))
         time.sleep(GRACE_SECONDS + LOCK_SECONDS + 0.5)
         swept = subprocess.run(
             [sys.executable, "-c", "from pullqueue.cli import main; main()", "sweep", "--json",
-             "--datastore", f"appengine://{server.host}?app={APP_ID}", "--grace",
+             "--datastore", store.url, "--grace",
              str(GRACE_SECONDS)],
             env=env, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert swept.returncode == 0, swept.stderr
-        assert staged_count(server) == 0
+        assert store.ids(KIND) == set()
         delivered = drain(project, registry_url)
         print(f"kills {dict(kills)}, staged after the kills {left}, sweep {swept.stdout.strip()}")
         assert not {int(p) for p in delivered} - committed, "a rolled-back task was delivered"
@@ -126,6 +170,34 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
                 process.kill()
                 process.wait()
         server.stop()
+
+
+def spawn_bridge(env: dict[str, str], port: int, upstream: str) -> subprocess.Popen[bytes]:
+    """`pullqueue bridge --upstream` on port, Pub/Sub adds slowed (tests/outbox/slow_publish.py),
+    returned once it serves; its log goes on to CRASH_LOG."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from pullqueue.cli import main; main()", "bridge",
+         "--listen", f"127.0.0.1:{port}", "--upstream", upstream, "--sweep-period", "1"],
+        cwd=ROOT, env={**env, "PULLQUEUE_PLUGINS": "tests.outbox.slow_publish"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stderr is not None
+    log = open(os.environ.get("CRASH_LOG", os.devnull), "ab")  # noqa: SIM115
+    while True:
+        line = process.stderr.readline()
+        assert line, "the bridge exited before serving"
+        log.write(line)
+        if b"serving taskqueue" in line:
+            break
+    stderr = process.stderr
+
+    def copy() -> None:
+        with log:
+            for rest in stderr:
+                log.write(rest)
+
+    threading.Thread(target=copy, daemon=True).start()
+    return process
 
 
 def drain(project: str, registry_url: str) -> Counter[bytes]:
