@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
 from pullqueue.adapters.base import Backend
 from pullqueue.bridge.codes import OK, SKIPPED, Code, code_of
 from pullqueue.bridge.proto import taskqueue_service_pb2 as pb
@@ -194,7 +196,10 @@ class TransactionalAdds:
         """Forward one datastore_v3 call upstream (post), staging and publishing around a Commit
         of a transaction with tasks; returns the Response body for the app."""
         if method == "Commit" or method == "Rollback":
-            transaction = _datastore_pb().Transaction.FromString(request)
+            try:
+                transaction = _datastore_pb().Transaction.FromString(request)
+            except (ApplicationFailure, DecodeError):
+                return await post(body)  # no SDK messages (so no transactional add), or garbage
             key = (transaction.app, transaction.handle)
             with self._lock:
                 pending = self._pending.pop(key, None)
@@ -209,6 +214,8 @@ class TransactionalAdds:
         if parsed is not None:
             key, message = parsed
             with self._lock:
+                if len(self._groups) > 10_000:
+                    self._groups.clear()  # transactions that never ended (their app died)
                 if key not in self._groups and _keys_of(method, message):
                     self._groups[key] = (method, message, _response_of(method, answer))
         return answer
@@ -306,8 +313,12 @@ _REQUESTS = {
 
 
 def _parse_keyed(method: str, request: bytes) -> tuple[tuple[str, int], Any] | None:
-    """(transaction key, parsed request) of a call inside a transaction, else None."""
-    datastore_pb = _datastore_pb()
+    """(transaction key, parsed request) of a call inside a transaction, else None (also when
+    the SDK's messages are not installed: then no transactional add was accepted either)."""
+    try:
+        datastore_pb = _datastore_pb()
+    except ApplicationFailure:
+        return None
     try:
         message = getattr(datastore_pb, _REQUESTS[method]).FromString(request)
     except Exception:

@@ -107,6 +107,27 @@ def test_ndb_adds_commit_with_the_transaction_and_roll_back_with_it(
     assert staged(server) == 0
 
 
+def test_a_group_read_before_the_add_is_the_staging_group(
+    app: tuple[Flaky, DatastoreServer],
+) -> None:
+    """ndb reads the entity (the call carrying the handle comes before any add), then adds and
+    writes it back: the staging must join that group (not cross-group)."""
+    backend, server = app
+    parent = Order(id=9, number=9).put()
+
+    def place() -> None:
+        order = parent.get()
+        sdk_taskqueue.Queue("pulls").add(
+            sdk_taskqueue.Task(payload=b"read first", method="PULL"), transactional=True
+        )
+        order.number = 10
+        order.put()
+
+    ndb.transaction(place)
+    assert parent.get().number == 10
+    assert leased(backend) == [b"read first"] and staged(server) == 0
+
+
 def test_db_adds_in_an_existing_entity_group_and_the_five_task_limit(
     app: tuple[Flaky, DatastoreServer],
 ) -> None:
