@@ -42,11 +42,12 @@ def stage(server: DatastoreServer, payload: bytes, age: float) -> StagedTask:
     return staged
 
 
-def run_sweep(*args: str) -> subprocess.CompletedProcess[str]:
+def run_sweep(*args: str, auto_create: str = "1") -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
+        "PULLQUEUE_SWEEP_LOCK_SECONDS": "1",
         "PUBSUB_EMULATOR_HOST": shared_emulator_host("pubsub"),
-        "PULLQUEUE_AUTO_CREATE": "1",
+        "PULLQUEUE_AUTO_CREATE": auto_create,
         "PULLQUEUE_DEDUPE_URL": "memory://",
     }
     return subprocess.run(
@@ -139,3 +140,18 @@ def test_pullqueue_work_sweeps_by_itself_and_its_handler_gets_the_task(
     assert done.returncode == 0, done.stderr
     assert sink.read_bytes() == b"swept\n"
     assert "event=sweep" in done.stderr and "published=1" in done.stderr
+
+
+def test_a_task_that_cannot_be_published_stays_staged_and_the_pass_exits_1(
+    server: DatastoreServer,
+) -> None:
+    stage(server, b"nowhere", age=120)
+    project = f"pq-{uuid.uuid4().hex[:12]}"  # no topic there, and none made
+    datastore = f"appengine://{server.host}?app={APP_ID}"
+    done = run_sweep("--url", f"pubsub://{project}", "--datastore", datastore, auto_create="0")
+    assert done.returncode == 1
+    assert "1 staged task(s) not published, left staged" in done.stderr
+    assert "pulls" in done.stderr
+    time.sleep(1.1)  # its lock runs out: the next pass takes it
+    again = run_sweep("--url", f"pubsub://{project}", "--datastore", datastore, "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["published"] == 1
