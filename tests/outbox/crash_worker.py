@@ -99,57 +99,6 @@ def cloud_app(start: int, step: int, stop: int) -> None:
     print("done", flush=True)
 
 
-def bridge_app(start: int, step: int, stop: int) -> None:
-    """The unmodified SDK (its own taskqueue module) with every call sent to the bridge at
-    BRIDGE_HOST, which a test kills and restarts: a failed call is retried on the same id."""
-    from google.appengine.api import apiproxy_stub_map
-    from google.appengine.api import taskqueue as sdk_taskqueue
-    from google.appengine.runtime import default_api_stub
-
-    host, _, port = os.environ["BRIDGE_HOST"].rpartition(":")
-    os.environ.update(
-        API_HOST=host,
-        API_PORT=port,
-        APPLICATION_ID=APP_ID,
-        GAE_APPLICATION=APP_ID,
-        HTTP_X_APPENGINE_API_TICKET="crash-test",
-    )
-    default_api_stub.DefaultApiStub.SetUseRequestSecurityTicketForThread(True)
-    stub = default_api_stub.DefaultApiStub()
-    apiproxy_stub_map.apiproxy = apiproxy_stub_map.APIProxyStubMap()
-    for service in ("taskqueue", "datastore_v3"):
-        apiproxy_stub_map.apiproxy.RegisterStub(service, stub)
-    queue = sdk_taskqueue.Queue("crash")
-    for number in range(start, stop, step):
-        while True:
-            # A fresh ndb context each try: one whose RPC failed keeps failing.
-            ndb.tasklets._state.clear_all_pending()
-            ndb.tasklets.set_context(None)
-            context = ndb.get_context()
-            context.set_cache_policy(False)
-            context.set_memcache_policy(False)
-            try:
-                if Order.get_by_id(number) is not None:
-                    break
-
-                def place(number: int = number) -> None:
-                    queue.add(
-                        sdk_taskqueue.Task(payload=b"%d" % number, method="PULL"),
-                        transactional=True,
-                    )
-                    Order(id=number, number=number).put()
-                    time.sleep(random.uniform(0, 0.01))
-                    if number % 5 == 0:
-                        raise db.Rollback()
-
-                ndb.transaction(place, retries=10)
-                if number % 5 == 0:
-                    break
-            except Exception:
-                time.sleep(0.2)  # the bridge is down: try the id again
-    print("done", flush=True)
-
-
 class RolledBack(Exception):
     """Raised in a transaction to roll it back."""
 
@@ -169,10 +118,6 @@ def sweeper(cloud: bool) -> None:
 
 if __name__ == "__main__":
     cloud = sys.argv[1].startswith("cloud-")
-    if sys.argv[1] == "bridge-app":
-        print("ready", flush=True)
-        bridge_app(*(int(arg) for arg in sys.argv[2:5]))
-        sys.exit(0)
     if not cloud:
         use_datastore_at(os.environ["DATASTORE_HOST"])
     print("ready", flush=True)

@@ -13,7 +13,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -24,7 +23,6 @@ import pytest
 
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.dedupe import connect_registry
-from pullqueue.listen import free_port
 from pullqueue.outbox.layout import KIND
 from tests.outbox.crash_worker import GRACE_SECONDS, LOCK_SECONDS
 from tests.support.datastore_server import APP_ID, DatastoreServer, ids_of
@@ -76,7 +74,7 @@ class Datastore:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("api", ["bundled-ndb", "cloud-ndb", "bridge-python-sdk"])
+@pytest.mark.parametrize("api", ["bundled-ndb", "cloud-ndb"])
 def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back(
     monkeypatch: pytest.MonkeyPatch, api: str
 ) -> None:
@@ -88,8 +86,7 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
         monkeypatch.setenv("DATASTORE_EMULATOR_HOST", shared_emulator_host("datastore"))
     server = DatastoreServer().start()
     store = Datastore(api, server, project)
-    prefix = {"cloud-ndb": "cloud-", "bridge-python-sdk": "bridge-"}.get(api, "")
-    bridge_port = free_port()
+    prefix = "cloud-" if api == "cloud-ndb" else ""
     env = {
         **os.environ,
         "DATASTORE_HOST": server.host,
@@ -99,14 +96,7 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
         "PULLQUEUE_DEDUPE_URL": registry_url,
         "PULLQUEUE_SWEEP_LOCK_SECONDS": str(LOCK_SECONDS),
         "PULLQUEUE_SWEEP_GRACE_SECONDS": str(GRACE_SECONDS),
-        "BRIDGE_HOST": f"127.0.0.1:{bridge_port}",
     }
-
-    def start_sweeper() -> subprocess.Popen[bytes]:
-        """The sweeper; through the bridge, the bridge itself (it publishes and sweeps)."""
-        if api == "bridge-python-sdk":
-            return spawn_bridge(env, bridge_port, server.host)
-        return spawn(env, f"{prefix}sweeper")
 
     rng = random.Random(os.environ.get("PULLQUEUE_CRASH_SEED"))
     kills: Counter[str] = Counter()
@@ -117,7 +107,7 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
         PubSubBackend(project, auto_create=True, names=None).close()
         for _ in range(ROUNDS):
             if sweeper is None or sweeper.poll() is not None:
-                sweeper = start_sweeper()
+                sweeper = spawn(env, f"{prefix}sweeper")
             for k in range(APPS):
                 if k not in apps or apps[k].poll() is not None:
                     apps[k] = spawn(env, f"{prefix}app", str(k + 1), str(APPS), str(IDS + 1))
@@ -128,9 +118,7 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
                 process.send_signal(signal.SIGKILL)
                 process.wait()
                 kills[str(victim)] += 1
-        if api == "bridge-python-sdk" and (sweeper is None or sweeper.poll() is not None):
-            sweeper = start_sweeper()  # the apps need their bridge to finish
-        elif sweeper is not None:
+        if sweeper is not None:
             sweeper.send_signal(signal.SIGKILL)
             sweeper.wait()
         # The apps finish the ids left without being killed.
@@ -139,9 +127,6 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
                 apps[k] = spawn(env, f"{prefix}app", str(k + 1), str(APPS), str(IDS + 1))
         for process in apps.values():
             assert process.wait(timeout=300) == 0
-        if sweeper is not None and sweeper.poll() is None:
-            sweeper.send_signal(signal.SIGKILL)
-            sweeper.wait()
         committed = store.ids("Order")
         assert committed == {i for i in range(1, IDS + 1) if i % 5}, (
             "every transaction committed once"
@@ -170,34 +155,6 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
                 process.kill()
                 process.wait()
         server.stop()
-
-
-def spawn_bridge(env: dict[str, str], port: int, upstream: str) -> subprocess.Popen[bytes]:
-    """`pullqueue bridge --upstream` on port, Pub/Sub adds slowed (tests/outbox/slow_publish.py),
-    returned once it serves; its log goes on to CRASH_LOG."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", "from pullqueue.cli import main; main()", "bridge",
-         "--listen", f"127.0.0.1:{port}", "--upstream", upstream, "--sweep-period", "1"],
-        cwd=ROOT, env={**env, "PULLQUEUE_PLUGINS": "tests.outbox.slow_publish"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    assert process.stderr is not None
-    log = open(os.environ.get("CRASH_LOG", os.devnull), "ab")  # noqa: SIM115
-    while True:
-        line = process.stderr.readline()
-        assert line, "the bridge exited before serving"
-        log.write(line)
-        if b"serving taskqueue" in line:
-            break
-    stderr = process.stderr
-
-    def copy() -> None:
-        with log:
-            for rest in stderr:
-                log.write(rest)
-
-    threading.Thread(target=copy, daemon=True).start()
-    return process
 
 
 def drain(project: str, registry_url: str) -> Counter[bytes]:
