@@ -116,7 +116,8 @@ def run(kind: str, rounds: int, txns: int) -> dict[str, Any]:
             backend.close()
         server.stop()
     calls = {
-        mode: {k: v / (rounds * txns) for k, v in sorted(c.items())} for mode, c in counts.items()
+        mode: {k: v / (rounds * txns) for k, v in sorted(c.items()) if v}
+        for mode, c in counts.items()
     }
     return {mode: (statistics.median(seconds[mode]), calls[mode]) for mode in counts}
 
