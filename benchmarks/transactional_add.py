@@ -6,7 +6,9 @@ transaction commits, `transactional` adds it inside with transactional=True (sta
 after the commit, staging deleted). On memory:// and on the Pub/Sub emulator with a name registry
 (the outbox publishes named tasks; a plain add there is unnamed). Prints per backend the median
 over rounds of the seconds per transaction (with its add), the ratio transactional / plain, and
-per transaction the datastore calls by method, the backend adds and the registry claims.
+per transaction the datastore calls by method, the backend adds and the registry claims, and the
+duplicate window: the median time from Pub/Sub (or memory://) taking a transaction's tasks to
+their staging being deleted, when a crash leaves them staged though published.
 
     python benchmarks/transactional_add.py [--backends memory emulator] [--rounds 5] [--txns 100]
 
@@ -101,6 +103,7 @@ def run(kind: str, rounds: int, txns: int) -> dict[str, Any]:
 
         ndb.transaction(body)
 
+    windows = _time_windows()
     try:
         for _ in range(rounds):
             for mode, step in (("plain", plain), ("transactional", transactional)):
@@ -119,7 +122,38 @@ def run(kind: str, rounds: int, txns: int) -> dict[str, Any]:
         mode: {k: v / (rounds * txns) for k, v in sorted(c.items()) if v}
         for mode, c in counts.items()
     }
-    return {mode: (statistics.median(seconds[mode]), calls[mode]) for mode in counts}
+    result: dict[str, Any] = {
+        mode: (statistics.median(seconds[mode]), calls[mode]) for mode in counts
+    }
+    result["window"] = statistics.median(windows) if windows else None
+    return result
+
+
+def _time_windows() -> list[float]:
+    """Records, per transactional add, the seconds from its publish returning to its staging
+    deleted (pullqueue.compat.transactional's two steps)."""
+    from google.appengine.datastore import datastore_rpc
+
+    import pullqueue.compat.transactional as transactional
+
+    windows: list[float] = []
+    published: list[float] = []
+    publish, delete = transactional.publish, datastore_rpc.Connection.delete
+
+    def timed_publish(*args: Any) -> Any:
+        result = publish(*args)
+        published.append(time.perf_counter())
+        return result
+
+    def timed_delete(self: Any, *args: Any) -> Any:
+        result = delete(self, *args)
+        if published:
+            windows.append(time.perf_counter() - published.pop())
+        return result
+
+    transactional.publish = timed_publish
+    datastore_rpc.Connection.delete = timed_delete
+    return windows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -135,6 +169,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  plain add after the commit: {plain * 1000:7.2f} ms per transaction")
         print(f"  transactional add (outbox): {tx * 1000:7.2f} ms per transaction")
         print(f"  ratio transactional / plain: {tx / plain:.2f}")
+        if result["window"] is not None:
+            window = result["window"] * 1000
+            print(f"  duplicate window (publish taken to staging deleted): {window:.2f} ms")
         for mode, calls in (("plain", plain_calls), ("transactional", tx_calls)):
             shown = ", ".join(f"{name} {value:g}" for name, value in calls.items())
             print(f"  calls per transaction, {mode}: {shown}")
