@@ -746,7 +746,7 @@ class Queue:
         if cloud is not None:
             _cloud_ndb.stage(cloud, self._queue.backend, staged)
         else:
-            _transactional.stage(connection, self._queue.backend, self.name, staged)
+            _transactional.stage(connection, self._queue.backend, staged)
             _transactional_tasks[connection] = added
         # As the SDK, the call answers the tasks named and marked enqueued in this queue; they
         # are not updated if the transaction rolls back.

@@ -49,7 +49,7 @@ def transaction_connection() -> Any:
     return connection
 
 
-def stage(connection: Any, backend: Backend, queue: str, tasks: list[StagedTask]) -> None:
+def stage(connection: Any, backend: Backend, tasks: list[StagedTask]) -> None:
     """Keep tasks to stage in connection's transaction at its commit, and publish after it."""
     outbox: list[tuple[Backend, StagedTask]] | None = connection.__dict__.get("_pullqueue_outbox")
     if outbox is None:
