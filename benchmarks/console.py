@@ -26,7 +26,8 @@ from starlette.testclient import TestClient
 from pullqueue import Queue, Task
 from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.console import create_app
-from pullqueue.console.server import BackgroundConsole, bind
+from pullqueue.console.server import BackgroundConsole
+from pullqueue.listen import bind
 
 QUEUES = 50
 TASKS_PER_QUEUE = 1000

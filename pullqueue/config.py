@@ -72,6 +72,13 @@ class Settings(BaseSettings):
     pubsub_pull_wait: float = Field(
         1.0, gt=0, description="Seconds a lease waits on an empty subscription before answering."
     )
+    pubsub_pause_check: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="Seconds a process trusts its copy of a queue's pause label before reading"
+        " the queue topic again: a pause reaches every worker within this plus one lease call.",
+    )
     pubsub_max_deferral: int = Field(
         600,
         ge=1,

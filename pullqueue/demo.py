@@ -389,7 +389,8 @@ def _serve_console(backend: Backend, listen: tuple[str, int], console: Console) 
     """The web console over the demo's destination, read every second, in a thread."""
     from pullqueue.console import create_app
     from pullqueue.console.app import loopback_hosts
-    from pullqueue.console.server import BackgroundConsole, bind
+    from pullqueue.console.server import BackgroundConsole
+    from pullqueue.listen import bind
 
     app = create_app(backend, period=1.0, allowed_hosts=loopback_hosts())
     web = BackgroundConsole(app, bind(*listen))

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pullqueue import pause as pausing
 from pullqueue.adapters.base import Backend, ListingBackend
 from pullqueue.config import Settings
 from pullqueue.monitoring import Backlog, BacklogReader, layout_subscriptions
@@ -160,8 +161,28 @@ def read_backlog(
     return reader(project).read(queue, layout_subscriptions(layout))
 
 
+def pause_state(backend: Backend, queue: str) -> tuple[bool | None, float | None]:
+    """(paused, since): whether the queue is paused and since when; (None, None) where the
+    backend keeps no pause (the legacy adapters)."""
+    if not pausing.can_pause(backend):
+        return None, None
+    since = pausing.paused_since(backend, queue)
+    return since is not None, since
+
+
+def pause_text(backend: Backend, queue: str) -> str:
+    """The pause as `stats` and the console word it."""
+    paused, since = pause_state(backend, queue)
+    if paused is None:
+        return f"unknown ({backend.url} keeps no pause)"
+    if not paused:
+        return "no"
+    return f"yes, since {iso(since)}" if since else "yes"
+
+
 def stats_json(backend: Backend, stats: QueueStats, backlog: Backlog | None) -> dict[str, Any]:
     """The stable `stats --json` object (docs/operations.md lists every field)."""
+    paused, since = pause_state(backend, stats.queue)
     whole = stats.whole_queue
     tasks = stats.tasks if whole else None
     if backlog is not None and backlog.undelivered is not None:
@@ -175,6 +196,8 @@ def stats_json(backend: Backend, stats: QueueStats, backlog: Backlog | None) -> 
         "executed_last_minute": stats.executed_last_minute if whole else None,
         "approximate": stats.approximate or backlog is not None,
         "whole_queue": whole,
+        "paused": paused,
+        "paused_since": since,
     }
     if backlog is not None:
         out["monitoring"] = backlog.as_dict()

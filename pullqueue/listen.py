@@ -1,11 +1,15 @@
 """Listen addresses for the servers pullqueue runs (bridge, console, metrics): HOST:PORT parsing,
-the loopback test and a free port, in one place so every command reads an address the same way.
+the loopback test, binding and a free port, in one place so every server reads, checks and binds
+an address the same way.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
+"""The Host headers a server on loopback answers (a DNS-rebinding page sends its own name)."""
 
 
 def parse_listen(text: str, example: str = "127.0.0.1:8080") -> tuple[str, int]:
@@ -36,3 +40,32 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (port 0: a free one); OSError when it cannot be had.
+
+    The servers bind before they start, so a port in use is the command's one-line error and the
+    port bound is known at once."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def shown(host: str, port: int) -> str:
+    """host:port as a URL writes it (IPv6 in brackets)."""
+    host = host.strip("[]")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def http_url(sock: socket.socket) -> str:
+    """http://HOST:PORT/ of a bound socket."""
+    host, port = sock.getsockname()[:2]
+    return f"http://{shown(host, port)}/"

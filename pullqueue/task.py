@@ -183,6 +183,8 @@ class QueueStats:
     oldest_eta: float | None = None
     leased: int | None = None
     executed_last_minute: int | None = None
+    executed_last_hour: int | None = None
+    """Tasks leased in the last hour, where the backend keeps it (memory://); None elsewhere."""
     approximate: bool = False
     whole_queue: bool = True
     """False when the counts cover only what this process holds (Pub/Sub, whose API counts no

@@ -347,3 +347,31 @@ def test_an_eta_is_set_at_construction_and_an_immediate_task_is_due_when_added()
     assert task.eta_posix == clock() + 15
     clock.advance(15.001)
     assert [t.payload for t in on_fake.lease_tasks(60, 10)] == [b"x"]
+
+
+def test_a_test_that_stubs_time_time_sees_the_sdks_etas(tmp_path: Any) -> None:
+    """An app's own test that stubs `time.time` (unittest.mock) sees the ETAs and leases the SDK
+    on its stub gave: Task() and the memory backend both read `time.time()` when called."""
+    from unittest import mock
+
+    from tests.legacy_stub import legacy_taskqueue
+
+    start = 1_700_000_000.0
+
+    def run(tq: Any, queue: Any) -> list[Any]:
+        seen: list[Any] = []
+        with mock.patch("time.time", return_value=start) as clock:
+            task = tq.Task(payload=b"later", method="PULL", countdown=15)
+            queue.add([task, tq.Task(payload=b"now", method="PULL")])
+            seen.append(round(task.eta_posix - start, 6))
+            clock.return_value = start + 1
+            seen.append([t.payload for t in queue.lease_tasks(60, 10)])
+            clock.return_value = start + 20
+            leased = queue.lease_tasks(60, 10)
+            seen.append([(t.payload, round(t.eta_posix - start, 6)) for t in leased])
+        return seen
+
+    expected = run(taskqueue, taskqueue.Queue("q", backend=MemoryBackend()))
+    with legacy_taskqueue(lambda: time.time(), tmp_path, {"q": None}) as sdk:
+        assert run(sdk, sdk.Queue("q")) == expected
+    assert expected == [15.0, [b"now"], [(b"later", 80.0)]]  # leased at +20 for 60 s

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pullqueue.listen import free_port, is_loopback, parse_listen
+from pullqueue.listen import bind, free_port, http_url, is_loopback, parse_listen, shown
 
 
 @pytest.mark.parametrize(
@@ -57,3 +57,19 @@ def test_loopback(host: str, loopback: bool) -> None:
 
 def test_free_port_is_a_port() -> None:
     assert 0 < free_port() < 65536
+
+
+def test_bind_gives_a_listening_socket_and_its_url() -> None:
+    sock = bind("127.0.0.1", 0)
+    try:
+        port = sock.getsockname()[1]
+        assert http_url(sock) == f"http://127.0.0.1:{port}/"
+        with pytest.raises(OSError):
+            bind("127.0.0.1", port)  # in use: the caller's one-line error
+    finally:
+        sock.close()
+
+
+def test_an_ipv6_address_is_shown_in_brackets() -> None:
+    assert shown("::1", 8080) == "[::1]:8080" and shown("[::1]", 80) == "[::1]:80"
+    assert shown("127.0.0.1", 80) == "127.0.0.1:80"

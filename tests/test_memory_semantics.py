@@ -118,3 +118,20 @@ def test_the_default_backend_serves_queues_without_a_backend(
         assert isinstance(Queue("shared").backend, MemoryBackend)
     finally:
         reset_default_backends()
+
+
+def test_executed_last_hour_keeps_the_hour_not_the_minute(queue: Queue, clock: FakeClock) -> None:
+    queue.add([Task(b"") for _ in range(10)])
+    clock.advance(1)
+    queue.lease(0, 4)
+    clock.advance(0.2)
+    queue.lease(0, 1)  # within the same second: one kept pair
+    clock.advance(1800)
+    queue.lease(0, 3)
+    stats = queue.stats()
+    assert (stats.executed_last_minute, stats.executed_last_hour) == (3, 8)
+    clock.advance(1800)
+    stats = queue.stats()
+    assert (stats.executed_last_minute, stats.executed_last_hour) == (0, 3)
+    clock.advance(1800)
+    assert queue.stats().executed_last_hour == 0

@@ -92,6 +92,17 @@ class ListingBackend(Backend, Protocol):
 
 
 @runtime_checkable
+class TombstoneBackend(Backend, Protocol):
+    """A backend that keeps the names of tasks gone from a queue (deleted, purged), as the
+    legacy service did: what lets a second delete answer TOMBSTONED_TASK, not UNKNOWN_TASK."""
+
+    def tombstoned(self, queue: str, names: Sequence[str]) -> set[str] | None:
+        """The names among `names` whose task is gone but whose name is kept; None when this
+        backend keeps no names (Pub/Sub without a name registry)."""
+        ...
+
+
+@runtime_checkable
 class QueueListingBackend(Backend, Protocol):
     """A backend that can name its pull queues (for the console's queues page)."""
 

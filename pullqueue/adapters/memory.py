@@ -46,6 +46,7 @@ _heappush = heapq.heappush
 _heappop = heapq.heappop
 _heapify = heapq.heapify
 _MINUTE_USEC = 60 * USEC
+_HOUR_USEC = 3600 * USEC
 _COMPACT_SLACK = 4096
 
 
@@ -134,26 +135,35 @@ class _EtaOrder:
         return sum(map(len, self.buckets.values()))
 
 
-class _LastMinute:
-    """A count of events in the last 60 seconds: (time, count) pairs, dropped as they age."""
+class _Recent:
+    """A count of events in the last `span` microseconds: (time, count) pairs, dropped as they
+    age; events less than `merge` microseconds after the newest kept pair join it, which bounds
+    an hour's pairs at 3,600 with `merge` one second (they then age up to that much early)."""
 
-    __slots__ = ("_events", "_total")
+    __slots__ = ("_events", "_merge", "_span", "_total")
 
-    def __init__(self) -> None:
+    def __init__(self, span: int, merge: int = 0) -> None:
         self._events: deque[tuple[int, int]] = deque()
         self._total = 0
+        self._span = span
+        self._merge = merge
 
     def add(self, now: int, count: int) -> None:
         """Record `count` events at `now` (microseconds)."""
         if count:
-            self._events.append((now, count))
+            events = self._events
+            if self._merge and events and now - events[-1][0] < self._merge:
+                at, before = events[-1]
+                events[-1] = (at, before + count)
+            else:
+                events.append((now, count))
             self._total += count
             self.total(now)
 
     def total(self, now: int) -> int:
-        """The events of the 60 seconds up to now."""
+        """The events of the span up to now."""
         events = self._events
-        while events and events[0][0] <= now - _MINUTE_USEC:
+        while events and events[0][0] <= now - self._span:
             self._total -= events.popleft()[1]
         return self._total
 
@@ -165,6 +175,7 @@ class _QueueState:
         "by_tag",
         "completed",
         "executed",
+        "executed_hour",
         "items",
         "leased",
         "leases",
@@ -183,8 +194,9 @@ class _QueueState:
         self.leases = _EtaOrder()
         self.leased = 0
         self.items = 0
-        self.executed = _LastMinute()  # tasks leased
-        self.completed = _LastMinute()  # leased tasks deleted by their holder
+        self.executed = _Recent(_MINUTE_USEC)  # tasks leased
+        self.executed_hour = _Recent(_HOUR_USEC, USEC)
+        self.completed = _Recent(_MINUTE_USEC)  # leased tasks deleted by their holder
 
     def wait(self, entry: _Entry) -> None:
         """Index a task that is not under lease (just added, released or its lease ended)."""
@@ -311,10 +323,17 @@ class _QueueState:
         self.items = len(self.tasks) + tagged
 
 
+def _process_clock() -> float:
+    """`time.time()`, looked up at each call as the SDK's stub reads it: a test that stubs
+    `time.time` moves the backend's clock with the ETAs `Task()` takes from it."""
+    return time.time()
+
+
 class MemoryBackend:
     """Pull queues in this process's memory, thread-safe, on an injectable clock.
 
-    `clock` returns POSIX seconds (default `time.time`); tests pass a fake one to move time.
+    `clock` returns POSIX seconds (default `time.time()`, looked up at each call); tests pass a
+    fake one to move time.
     `retry_limits` maps queue names to the legacy queue.yaml `task_retry_limit`: a task already
     leased that many times (or its own `Task.retry_limit` times, when set) is deleted instead of
     being leased again. Queues are created on first use. Task names, once used in a queue, stay
@@ -324,7 +343,7 @@ class MemoryBackend:
 
     def __init__(
         self,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = _process_clock,
         retry_limits: Mapping[str, int] | None = None,
     ) -> None:
         self.url = "memory://"
@@ -333,6 +352,8 @@ class MemoryBackend:
         self._lock = threading.Lock()
         self._queues: dict[str, _QueueState] = {}
         self._names = itertools.count(1)
+        self._paused: dict[str, float] = {}
+        """Queue -> when it was paused (pullqueue.pause): its leases answer [] meanwhile."""
 
     def now(self) -> float:
         return self._clock()
@@ -417,6 +438,8 @@ class MemoryBackend:
     ) -> list[Task]:
         with self._lock:
             state = self._queue(queue)
+            if queue in self._paused:
+                return []
             now = _usec(self._clock())
             state.release_expired(now)
             if tag:
@@ -434,6 +457,7 @@ class MemoryBackend:
                 chosen = state.take(state.waiting, now, max_tasks)
             leased = self._hand_out(queue, state, chosen, now + _usec(lease_seconds))
             state.executed.add(now, len(leased))
+            state.executed_hour.add(now, len(leased))
             state.maybe_compact()
             return leased
 
@@ -559,7 +583,23 @@ class MemoryBackend:
                 oldest_eta=min(etas) / USEC if etas else None,
                 leased=state.leased,
                 executed_last_minute=state.executed.total(now),
+                executed_last_hour=state.executed_hour.total(now),
             )
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause (leases answer [] until resumed; adds, deletes and lease changes still work)
+        or resume the queue; at once, as every user of this object shares it."""
+        with self._lock:
+            self._queue(queue)
+            if not paused:
+                self._paused.pop(queue, None)
+            elif queue not in self._paused:
+                self._paused[queue] = self._clock()
+
+    def paused_since(self, queue: str, *, fresh: bool = False) -> float | None:
+        """When the queue was paused (this backend's clock), None while it runs."""
+        with self._lock:
+            return self._paused.get(queue)
 
     def list_tasks(self, queue: str) -> Iterator[Task]:
         """Every task of the queue, leased or not, oldest ETA (or lease expiry) first."""
@@ -568,6 +608,22 @@ class MemoryBackend:
             ordered = sorted(state.tasks.values(), key=lambda e: (e.eta, e.name))
             snapshot = [_listed(e, queue) for e in ordered]
         yield from snapshot
+
+    def get_task(self, queue: str, name: str) -> Task | None:
+        """The task of this name as a listing shows it (leased or not), None when absent."""
+        with self._lock:
+            state = self._queue(queue)
+            state.release_expired(_usec(self._clock()))
+            entry = state.tasks.get(name)
+            return None if entry is None else _listed(entry, queue)
+
+    def find_payload(self, queue: str, needle: bytes, limit: int) -> tuple[list[Task], int]:
+        """Up to `limit` tasks whose payload contains `needle` in (ETA, name) order, and how
+        many tasks of the queue contain it: one pass over the whole queue, exact."""
+        with self._lock:
+            matches = [e for e in self._queue(queue).tasks.values() if needle in e.payload]
+            first = heapq.nsmallest(limit, matches, key=lambda e: (e.eta, e.name))
+            return [_listed(e, queue) for e in first], len(matches)
 
     def list_queues(self) -> list[str]:
         """Every queue this backend has seen used, sorted by name."""
@@ -589,6 +645,12 @@ class MemoryBackend:
                 entries = (e for e in entries if (e.eta, e.name) > cursor)
             page = heapq.nsmallest(limit, entries, key=lambda e: (e.eta, e.name))
             return [_listed(e, queue) for e in page]
+
+    def tombstoned(self, queue: str, names: Sequence[str]) -> set[str]:
+        """The names among `names` used in the queue whose task is gone (deleted, purged)."""
+        with self._lock:
+            state = self._queue(queue)
+            return {n for n in names if n in state.used_names and n not in state.tasks}
 
     def tag_counts(self, queue: str) -> dict[str | None, int]:
         """Tasks per tag (None: untagged), leased ones included."""

@@ -2,6 +2,8 @@
 
 aiohttp serves the calls and forwards other services upstream; the taskqueue calls themselves,
 which block on the backend, run on a thread pool so one slow lease never holds the others up.
+Python 2.7's remote_api_stub is served too: `/_ah/remote_api` as an alias, its `GET ?rtok=`
+handshake, and its errors as the pickled Python 2 exceptions it reads.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import math
 import time
@@ -29,12 +32,16 @@ from pullqueue.bridge.taskqueue import TaskQueueService
 logger = logging.getLogger("pullqueue.bridge")
 
 RPC_PATH = "/rpc_http"
+REMOTE_API_PATH = "/_ah/remote_api"
+"""The remote_api handler's path in App Engine apps' configuration: an alias of RPC_PATH."""
 HEALTH_PATH = "/healthz"
 MAX_BODY_BYTES = 32 * 2**20
 """The largest request body read; a larger one is refused without being read."""
 DEADLINE_HEADER = "X-Google-RPC-Service-Deadline"
 DEFAULT_DEADLINE = 60.0
-"""Seconds a call may take when the request names no deadline (the SDKs' own default)."""
+"""Seconds a call may take when the request names no deadline (the 1.9.x SDK's RemoteStub never
+names one; the other SDKs always do)."""
+DEFAULT_APP_ID = "pullqueue-bridge"
 MAX_DEADLINE = 3600.0
 _FORWARDED_HEADERS = (
     "Content-Type",
@@ -65,7 +72,9 @@ class Bridge:
     `ticket`, when set, is the only request_id accepted; `upstream` (HOST:PORT) receives the
     calls of other services unchanged (and stages transactional adds, bridge/outbox.py);
     `threads` bounds the taskqueue calls served at once; `sweep_period` (seconds, 0: never) is
-    how often the outbox of the app seen adding transactionally is swept through the upstream.
+    how often the outbox of the app seen adding transactionally is swept through the upstream;
+    `default_deadline` (seconds) applies to a call whose request names none (Python 2.7's
+    RemoteStub); `app_id` is what the remote_api handshake answers.
     """
 
     def __init__(
@@ -76,10 +85,21 @@ class Bridge:
         upstream: str | None = None,
         threads: int = 64,
         sweep_period: float = 0.0,
+        default_deadline: float = DEFAULT_DEADLINE,
+        app_id: str = DEFAULT_APP_ID,
     ) -> None:
         self.service = TaskQueueService(backend, upstream=upstream, sweep_period=sweep_period)
         self.ticket = ticket
         self.upstream = upstream
+        if isinstance(default_deadline, bool) or not (
+            math.isfinite(default_deadline) and 0 < default_deadline <= MAX_DEADLINE
+        ):
+            raise ValueError(
+                f"default_deadline must be above 0 and at most {MAX_DEADLINE:g} seconds,"
+                f" not {default_deadline!r}"
+            )
+        self.default_deadline = float(default_deadline)
+        self.app_id = app_id
         self.draining = False
         self._in_flight = 0
         """Calls being answered now (body read, served or answer written); the loop's thread
@@ -95,6 +115,7 @@ class Bridge:
         """The aiohttp application serving /rpc_http and /healthz."""
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_route("*", RPC_PATH, self._rpc)
+        app.router.add_route("*", REMOTE_API_PATH, self._rpc)
         app.router.add_get(HEALTH_PATH, self._health)
         app.on_cleanup.append(self._close)
         return app
@@ -137,8 +158,11 @@ class Bridge:
         return response
 
     async def _answer_rpc(self, request: web.Request) -> web.Response:
+        remote_stub = wire.REMOTE_STUB_HEADER in request.headers
+        if request.method == "GET" and remote_stub:
+            return self._app_info(request)
         if request.method != "POST":
-            return _refuse(405, f"{RPC_PATH} takes POST, not {request.method}")
+            return _refuse(405, f"{request.path} takes POST, not {request.method}")
         # The header as sent (aiohttp's content_type reads a missing one as octet-stream).
         sent = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if sent != wire.PROTOCOL_CONTENT_TYPE:
@@ -148,7 +172,7 @@ class Bridge:
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
             return _refuse(413, f"the body is over {MAX_BODY_BYTES} bytes")
         started = time.monotonic()
-        deadline = started + _deadline(request.headers.get(DEADLINE_HEADER))
+        deadline = started + _deadline(request.headers.get(DEADLINE_HEADER), self.default_deadline)
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -163,7 +187,7 @@ class Bridge:
                 call.ticket.encode("utf-8"), self.ticket.encode("utf-8")
             ):
                 outcome = "refused"
-                return _answer(_refused(call))
+                return _answer(_refused(call, python2=remote_stub))
             if service != "taskqueue":
                 with self._serving_call():
                     return await self._other_service(request, call, body, deadline)
@@ -172,15 +196,24 @@ class Bridge:
         except wire.RpcFailure as failure:
             outcome = RpcError.ErrorCode.Name(failure.code).lower()
             logger.info("call refused: %s.%s: %s", service or "?", method or "?", failure.detail)
-            answer = wire.rpc_error(failure.code, failure.detail)
+            answer = wire.rpc_error(failure.code, failure.detail, python2=remote_stub)
         except wire.ApplicationFailure as failure:
             outcome = _outcome(failure.code)
-            answer = wire.application_error(failure.code, failure.detail)
+            answer = wire.application_error(failure.code, failure.detail, python2=remote_stub)
         finally:
             attributes = {"rpc.service": service or "?", "rpc.method": method or "?"}
             _calls.add(1, {**attributes, "outcome": outcome})
             _duration.record(time.monotonic() - started, attributes)
         return _answer(answer)
+
+    def _app_info(self, request: web.Request) -> web.Response:
+        """The remote_api handler's answer to `GET ?rtok=TOKEN`: the app id and the token, in
+        the YAML flow mapping `ConfigureRemoteApi(None, ...)` reads before its first call."""
+        rtok = request.query.get("rtok", "0")
+        if not rtok.isascii() or len(rtok) > 256:
+            return _refuse(400, "rtok must be ASCII, at most 256 characters")
+        info = json.dumps({"app_id": self.app_id, "rtok": rtok}, ensure_ascii=True)
+        return web.Response(text=info + "\n", content_type="text/plain")
 
     @contextlib.contextmanager
     def _serving_call(self) -> Iterator[None]:
@@ -253,6 +286,8 @@ class Bridge:
                 timeout=ClientTimeout(total=max(deadline - time.monotonic(), 0.001) + 1),
             ) as upstream:
                 content = await upstream.read()
+                if wire.REMOTE_STUB_HEADER in request.headers and upstream.status == 200:
+                    content = wire.for_python2(content)
                 return web.Response(
                     status=upstream.status,
                     body=content,
@@ -278,28 +313,29 @@ def _outcome(code: int) -> str:
     return str(Code.ErrorCode.Name(code)).lower()
 
 
-def _deadline(header: str | None) -> float:
-    """Seconds the call may take, from the request's deadline header (default 60 s)."""
+def _deadline(header: str | None, default: float) -> float:
+    """Seconds the call may take, from the request's deadline header, else `default`."""
     if header is None:
-        return DEFAULT_DEADLINE
+        return default
     try:
         seconds = float(header)
     except ValueError:
-        return DEFAULT_DEADLINE
+        return default
     if not math.isfinite(seconds):
-        return DEFAULT_DEADLINE
+        return default
     return min(seconds, MAX_DEADLINE)
 
 
-def _refused(call: wire.Call) -> bytes:
+def _refused(call: wire.Call, *, python2: bool) -> bytes:
     detail = (
         "the call's security ticket (request_id) is not this bridge's: set the SDK's ticket"
-        " (Python: HTTP_X_APPENGINE_API_TICKET; Go: the GAE_* variables) to the bridge's"
-        " --ticket-file / PULLQUEUE_BRIDGE_TICKET"
+        " (Python: HTTP_X_APPENGINE_API_TICKET; Go: the GAE_* variables; Python 2.7: the"
+        " RemoteStub's request_id, docs/bridge.md) to the bridge's --ticket-file /"
+        " PULLQUEUE_BRIDGE_TICKET"
     )
     if call.service == "taskqueue":
-        return wire.application_error(Code.PERMISSION_DENIED, detail)
-    return wire.rpc_error(RpcError.SECURITY_VIOLATION, detail)
+        return wire.application_error(Code.PERMISSION_DENIED, detail, python2=python2)
+    return wire.rpc_error(RpcError.SECURITY_VIOLATION, detail, python2=python2)
 
 
 def _answer(body: bytes) -> web.Response:

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from pullqueue.bridge.app import Bridge
+from pullqueue.listen import bind
 
 logger = logging.getLogger("pullqueue.bridge")
 
@@ -27,33 +29,33 @@ connection accepted in the instant the listening socket closed can sit idle (aio
 what it sends once shutdown began) and would otherwise hold the exit for the whole timeout."""
 
 
-async def _start(bridge: Bridge, host: str, port: int) -> tuple[web.AppRunner, int]:
+async def _start(bridge: Bridge, sock: socket.socket) -> tuple[web.AppRunner, int]:
     runner = web.AppRunner(
         bridge.application(), access_log=None, handle_signals=False, shutdown_timeout=CLOSE_IDLE
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = web.SockSite(runner, sock)
     await site.start()
-    return runner, int(runner.addresses[0][1])
+    return runner, int(sock.getsockname()[1])
 
 
 def serve(
     bridge: Bridge,
-    host: str,
-    port: int,
+    sock: socket.socket,
     *,
     on_ready: Callable[[int], None] | None = None,
     grace: float = 30.0,
 ) -> bool:
-    """Serve until SIGTERM/SIGINT, then drain and return whether every call in flight finished
-    within `grace` seconds (the caller closes the backend either way)."""
+    """Serve on a bound socket (`pullqueue.listen.bind`) until SIGTERM/SIGINT, then drain and
+    return whether every call in flight finished within `grace` seconds (the caller closes the
+    socket and the backend either way)."""
 
     async def main() -> bool:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        runner, bound = await _start(bridge, host, port)
+        runner, bound = await _start(bridge, sock)
         if on_ready is not None:
             on_ready(bound)
         await stop.wait()
@@ -109,7 +111,7 @@ class BackgroundBridge:
         """Start serving; returns the port bound."""
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(
-            _start(self.bridge, self.host, self.port), self._loop
+            _start(self.bridge, bind(self.host, self.port)), self._loop
         )
         self._runner, self.port = future.result(30)
         return self.port

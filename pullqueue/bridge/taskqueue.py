@@ -14,7 +14,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from pullqueue import metrics
-from pullqueue.adapters.base import Backend
+from pullqueue.adapters.base import Backend, TombstoneBackend
 from pullqueue.bridge.codes import OK, SKIPPED, Code, code_of
 from pullqueue.bridge.outbox import TransactionalAdds
 from pullqueue.bridge.proto import taskqueue_service_pb2 as pb
@@ -270,9 +270,19 @@ class TaskQueueService:
                 continue
         if tasks:
             queue.delete(tasks)
+        gone: list[str] = []
         for task in tasks:
-            if task.was_deleted and task.name is not None:
+            if task.name is None:
+                continue
+            if task.was_deleted:
                 results[first[task.name]] = OK
+            else:
+                gone.append(task.name)
+        if gone and isinstance(self.backend, TombstoneBackend):
+            # As the service: a task deleted (or purged) before is TOMBSTONED_TASK, where the
+            # backend keeps names; a name never used stays UNKNOWN_TASK.
+            for name in self.backend.tombstoned(queue.name, gone) or ():
+                results[first[name]] = Code.TOMBSTONED_TASK
         response = pb.TaskQueueDeleteResponse()
         response.result.extend(results)
         return bytes(response.SerializeToString())
@@ -295,7 +305,10 @@ class TaskQueueService:
             if stats.executed_last_minute is not None:
                 info = item.scanner_info
                 info.executed_last_minute = stats.executed_last_minute
-                info.executed_last_hour = stats.executed_last_minute
+                # A required field: -1 (the protocol's "none", as oldest_eta_usec) where the
+                # backend counts the last minute only (Cloud Tasks, the bundled API).
+                hour = stats.executed_last_hour
+                info.executed_last_hour = -1 if hour is None else hour
                 info.sampling_duration_seconds = 60.0
                 if stats.leased is not None:
                     info.requests_in_flight = stats.leased

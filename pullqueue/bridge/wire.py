@@ -7,6 +7,7 @@ codes: call not found, parse error, security violation, deadline exceeded, ...).
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
@@ -15,6 +16,17 @@ from pullqueue.bridge.proto.remote_api_pb2 import Request, Response, RpcError
 
 PROTOCOL_CONTENT_TYPE = "application/octet-stream"
 """The content type both SDKs send and the only one the bridge reads."""
+
+REMOTE_STUB_HEADER = "X-appcfg-api-version"
+"""Sent by the 1.9.x SDK's `remote_api_stub.RemoteStub` (Python 2.7), which reads an error from
+the Response's `exception` (a pickled Python 2 exception), never from `rpc_error`."""
+
+_PYTHON2_ERRORS = "google.appengine.runtime.apiproxy_errors"
+_PYTHON2_RPC_ERRORS: dict[int, str] = {
+    RpcError.CALL_NOT_FOUND: "CallNotFoundError",
+    RpcError.DEADLINE_EXCEEDED: "DeadlineExceededError",
+    RpcError.PARSE_ERROR: "ArgumentError",
+}
 
 
 class ApplicationFailure(Exception):
@@ -72,17 +84,80 @@ def ok(response: bytes) -> bytes:
     return bytes(Response(response=response).SerializeToString())
 
 
-def application_error(code: int, detail: str) -> bytes:
-    """The Response of a call the service refused with code."""
+def application_error(code: int, detail: str, *, python2: bool = False) -> bytes:
+    """The Response of a call the service refused with code; with `python2`, also carrying
+    the pickled `ApplicationError`, as the 1.9.x SDK's remote_api handler answers."""
     answer = Response()
     answer.application_error.code = code
     answer.application_error.detail = detail
+    if python2:
+        answer.exception = python2_application_error(code, detail)
     return bytes(answer.SerializeToString())
 
 
-def rpc_error(code: int, detail: str) -> bytes:
-    """The Response of a call that failed at the RPC layer with code."""
+def rpc_error(code: int, detail: str, *, python2: bool = False) -> bytes:
+    """The Response of a call that failed at the RPC layer with code; with `python2`, also
+    carrying the Python 2 exception the 1.9.x SDK's `RemoteStub` raises for it."""
     answer = Response()
     answer.rpc_error.code = code
     answer.rpc_error.detail = detail
+    if python2:
+        answer.exception = python2_rpc_error(code, detail)
     return bytes(answer.SerializeToString())
+
+
+def for_python2(answer: bytes) -> bytes:
+    """An upstream's Response with the Python 2 exception a RemoteStub reads added to its
+    error (unchanged when it has none, already has one, or does not parse)."""
+    try:
+        message = Response.FromString(answer)
+    except (DecodeError, ValueError):
+        return answer
+    if message.HasField("exception"):
+        return answer
+    if message.HasField("application_error"):
+        error = message.application_error
+        message.exception = python2_application_error(error.code, error.detail)
+    elif message.HasField("rpc_error"):
+        message.exception = python2_rpc_error(message.rpc_error.code, message.rpc_error.detail)
+    else:
+        return answer
+    return bytes(message.SerializeToString())
+
+
+def python2_rpc_error(code: int, detail: str) -> bytes:
+    """A pickle (protocol 2) that Python 2 loads as the `apiproxy_errors` exception of an RPC
+    error code (CallNotFoundError, DeadlineExceededError, ArgumentError, else RPCFailedError),
+    the detail its message."""
+    name = _PYTHON2_RPC_ERRORS.get(code, "RPCFailedError")
+    return b"\x80\x02" + _global(name) + _py2_str(detail) + b"\x85R."
+
+
+def python2_application_error(code: int, detail: str) -> bytes:
+    """A pickle (protocol 2) that Python 2 loads as `apiproxy_errors.ApplicationError(code,
+    detail)`, its attributes set as Python 2's own pickle of one restores them."""
+    return (
+        b"\x80\x02"
+        + _global("ApplicationError")
+        + b"J"
+        + struct.pack("<i", code)
+        + b"\x85R}("
+        + _py2_str("application_error")
+        + b"J"
+        + struct.pack("<i", code)
+        + _py2_str("error_detail")
+        + _py2_str(detail)
+        + b"ub."
+    )
+
+
+def _global(name: str) -> bytes:
+    return b"c" + _PYTHON2_ERRORS.encode("ascii") + b"\n" + name.encode("ascii") + b"\n"
+
+
+def _py2_str(text: str) -> bytes:
+    """A Python 2 `str` (bytes, UTF-8) in a pickle: SHORT_BINSTRING or BINSTRING."""
+    data = text.encode("utf-8")
+    if len(data) < 256:
+        return b"U" + bytes([len(data)]) + data
+    return b"T" + struct.pack("<I", len(data)) + data

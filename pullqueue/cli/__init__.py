@@ -1,9 +1,9 @@
 """The `pullqueue` command: one group and one module per subcommand, all in this package.
 
-Each subcommand (bridge, console, demo, migrate, plan, stats, sweep, tasks, dead-letters, work)
-lives in its own module here and shares the options, error handling and exit codes of
-`pullqueue.cli.base`, so every command reads and fails the same way and a new one has an obvious
-home.
+Each subcommand (bridge, console, demo, migrate, pause, plan, resume, stats, sweep, tasks,
+dead-letters, work) lives in its own module here and shares the options, error handling and exit
+codes of `pullqueue.cli.base`, so every command reads and fails the same way and a new one has an
+obvious home.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pullqueue.cli.console import console
 from pullqueue.cli.deadletters import dead_letters
 from pullqueue.cli.demo import demo
 from pullqueue.cli.migrate import migrate
+from pullqueue.cli.pause import pause, resume
 from pullqueue.cli.plan import plan
 from pullqueue.cli.stats import stats
 from pullqueue.cli.sweep import sweep
@@ -54,6 +55,8 @@ cli.add_command(plan)
 cli.add_command(migrate)
 cli.add_command(bridge)
 cli.add_command(console)
+cli.add_command(pause)
+cli.add_command(resume)
 cli.add_command(sweep)
 
 

@@ -342,3 +342,30 @@ def serve_metrics(port: int) -> PrometheusEndpoint:
             f"cannot serve metrics on port {port}: {exc.strerror or exc}; pick a free port",
             param_hint="--metrics-port",
         ) from exc
+
+
+def listen_address(
+    text: str, option: str = "--listen", example: str = "127.0.0.1:8080"
+) -> tuple[str, int]:
+    """A server's HOST:PORT option (--listen, --console-listen, --upstream) as (host, port), or a
+    usage error naming the option."""
+    from pullqueue.listen import parse_listen
+
+    try:
+        return parse_listen(text, example)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=f"'{option}'") from None
+
+
+def bind_listen(host: str, port: int, option: str = "--listen") -> socket.socket:
+    """The server's listening socket, or a usage error (exit 2) saying the address cannot be had,
+    as the bridge, the console and --metrics-port all say it."""
+    from pullqueue.listen import bind, shown
+
+    try:
+        return bind(host, port)
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot listen on {shown(host, port)}: {exc.strerror or exc}; pick a free address",
+            param_hint=f"'{option}'",
+        ) from None

@@ -18,13 +18,15 @@ from pullqueue.cli.base import (
     Command,
     Count,
     FiniteFloat,
+    bind_listen,
     connect_backend,
     fail,
+    listen_address,
     serve_metrics,
     url_option,
 )
 from pullqueue.config import Settings
-from pullqueue.listen import is_loopback, parse_listen
+from pullqueue.listen import is_loopback
 
 TICKET_ENV = "PULLQUEUE_BRIDGE_TICKET"
 
@@ -38,6 +40,7 @@ Examples:
   API_HOST=127.0.0.1 API_PORT=10001 python main.py      # the app, unchanged
   pullqueue bridge --url pubsub://my-project --upstream appengine.googleapis.internal:10001
   pullqueue bridge --listen 0.0.0.0:10001 --ticket-file /secrets/ticket --metrics-port 9464
+  pullqueue bridge --url pubsub://my-project --app-id my-app --default-deadline 10
 
 """
     + EXIT_STATUS_HELP
@@ -80,6 +83,21 @@ backend closed), 1 that it could not serve (the message says why).""",
     help="Serve Prometheus metrics on this port at /metrics; needs the metrics extra: pip"
     " install 'pullqueue[metrics]'.",
 )
+@click.option(
+    "--default-deadline",
+    type=FiniteFloat(0, 3600, min_open=True),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Deadline of a call whose request names none (Python 2.7's remote_api_stub never"
+    " does; the other SDKs always do): past it the call fails with DeadlineExceededError.",
+)
+@click.option(
+    "--app-id",
+    default=lambda: os.environ.get("GOOGLE_CLOUD_PROJECT") or "pullqueue-bridge",
+    show_default="env GOOGLE_CLOUD_PROJECT, else pullqueue-bridge",
+    help="App id answered to remote_api_stub.ConfigureRemoteApi(None, ...) (Python 2.7).",
+)
 def bridge(
     url: str | None,
     listen: str,
@@ -87,11 +105,14 @@ def bridge(
     sweep_period: float | None,
     ticket_file: Path | None,
     metrics_port: int | None,
+    default_deadline: float,
+    app_id: str,
 ) -> None:
     """Serve the App Engine taskqueue API at http://HOST:PORT/rpc_http, on a pullqueue backend.
 
     Apps keep their code and their SDK (Python appengine-python-standard, Go
-    google.golang.org/appengine): point API_HOST and API_PORT at the bridge and their
+    google.golang.org/appengine; Python 2.7's 1.9.x SDK through its remote_api_stub at
+    /_ah/remote_api or /rpc_http): point API_HOST and API_PORT at the bridge and their
     lease_tasks / LeaseByTag / delete calls reach the backend, with the legacy semantics and
     errors. One bridge per worker instance (a sidecar) is the intended shape.
 
@@ -103,15 +124,9 @@ def bridge(
         from pullqueue.bridge import Bridge, serve
     except ImportError as exc:
         fail(f"the bridge needs its extra: pip install 'pullqueue[bridge]' ({exc})", EXIT_USAGE)
-    try:
-        host, port = parse_listen(listen, "127.0.0.1:10001")
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--listen'") from None
+    host, port = listen_address(listen, "--listen", "127.0.0.1:10001")
     if upstream is not None:
-        try:
-            parse_listen(upstream, "appengine.googleapis.internal:10001")
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--upstream'") from None
+        listen_address(upstream, "--upstream", "appengine.googleapis.internal:10001")
     ticket = _ticket(ticket_file)
     if ticket is None and not is_loopback(host):
         raise click.UsageError(
@@ -119,12 +134,24 @@ def bridge(
             f" carry (--ticket-file FILE or env {TICKET_ENV}), or listen on 127.0.0.1"
         )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    endpoint = serve_metrics(metrics_port) if metrics_port is not None else None
+    sock = bind_listen(host, port)
+    try:
+        endpoint = serve_metrics(metrics_port) if metrics_port is not None else None
+    except click.UsageError:
+        sock.close()
+        raise
     backend = connect_backend(url, shared=True)
     try:
         if sweep_period is None:
             sweep_period = Settings().sweep_period_seconds
-        server = Bridge(backend, ticket=ticket, upstream=upstream, sweep_period=sweep_period)
+        server = Bridge(
+            backend,
+            ticket=ticket,
+            upstream=upstream,
+            sweep_period=sweep_period,
+            default_deadline=default_deadline,
+            app_id=app_id,
+        )
 
         def ready(bound: int) -> None:
             shown = f"[{host}]" if ":" in host else host
@@ -135,15 +162,9 @@ def bridge(
                 err=True,
             )
 
-        try:
-            drained = serve(server, host, port, on_ready=ready)
-        except OSError as exc:
-            fail(
-                f"cannot listen on {listen}: {exc.strerror or exc}; pick a free address with"
-                " --listen HOST:PORT",
-                EXIT_USAGE,
-            )
+        drained = serve(server, sock, on_ready=ready)
     finally:
+        sock.close()
         backend.close()
         if endpoint is not None:
             endpoint.close()

@@ -18,8 +18,10 @@ from pullqueue.cli.base import (
     EXIT_STATUS_HELP,
     EXIT_USAGE,
     Command,
+    bind_listen,
     connect_backend,
     fail,
+    listen_address,
     url_option,
 )
 
@@ -30,14 +32,6 @@ INSTALL_HINT = "the console needs its extra: pip install 'pullqueue[console]'"
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     """SIGTERM ends the console as Ctrl-C does (uvicorn shuts down first, then re-raises it)."""
     raise KeyboardInterrupt
-
-
-def parse_listen(text: str, option: str = "--listen") -> tuple[str, int]:
-    """HOST:PORT (IPv6 hosts in brackets) to (host, port), or a usage error naming the option."""
-    try:
-        return listen_module.parse_listen(text, DEFAULT_LISTEN)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint=f"'{option}'") from None
 
 
 def read_token(token_file: Path | None) -> str | None:
@@ -123,7 +117,7 @@ def console(
     at the tasks costs each shown task a delivery attempt, so the task list refreshes only when
     asked.
     """
-    host, port = parse_listen(listen)
+    host, port = listen_address(listen, "--listen", DEFAULT_LISTEN)
     token = read_token(token_file)
     for endpoint in metrics:
         if not endpoint.startswith(("http://", "https://")):
@@ -134,7 +128,7 @@ def console(
     try:
         from pullqueue.console import create_app
         from pullqueue.console.app import loopback_hosts
-        from pullqueue.console.server import address, bind, serve
+        from pullqueue.console.server import serve
     except ImportError as exc:
         fail(f"{INSTALL_HINT} ({exc})", EXIT_USAGE)
     loopback = listen_module.is_loopback(host)
@@ -143,10 +137,7 @@ def console(
             f"--listen {listen} is reachable from other machines: give a token with --token-file"
             " FILE or env PULLQUEUE_CONSOLE_TOKEN (or listen on 127.0.0.1)"
         )
-    try:
-        sock = bind(host, port)
-    except OSError as exc:
-        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --listen")
+    sock = bind_listen(host, port)
     backend = connect_backend(url, memory_warning=True)
     try:
         app = create_app(
@@ -156,7 +147,7 @@ def console(
             allowed_hosts=loopback_hosts() if loopback else None,
             metrics=list(metrics),
         )
-        url_shown = address(sock)
+        url_shown = listen_module.http_url(sock)
         click.echo(
             f"pullqueue console for {backend.url} at {url_shown}"
             + (" (read-only)" if read_only else "")

@@ -23,9 +23,11 @@ from pullqueue.cli.base import (
     Count,
     FiniteFloat,
     batch_size_option,
+    bind_listen,
     check_emulator,
     fail,
     json_option,
+    listen_address,
 )
 from pullqueue.demo import (
     DEFAULT_QUEUE,
@@ -191,11 +193,11 @@ def demo(
 def _console_address(listen: str) -> tuple[str, int]:
     """--console-listen as (host, port): loopback only, the console is open to whoever reaches
     it; the extra must be installed and the port free, or nothing starts."""
-    from pullqueue.cli.console import INSTALL_HINT, parse_listen
+    from pullqueue.cli.console import DEFAULT_LISTEN, INSTALL_HINT
 
-    host, port = parse_listen(listen, "--console-listen")
+    host, port = listen_address(listen, "--console-listen", DEFAULT_LISTEN)
     try:
-        from pullqueue.console.server import bind
+        import pullqueue.console.server  # noqa: F401
     except ImportError as exc:
         fail(f"{INSTALL_HINT} ({exc})", EXIT_USAGE)
     if not listen_module.is_loopback(host):
@@ -204,8 +206,5 @@ def _console_address(listen: str) -> tuple[str, int]:
             " (use `pullqueue console` with a token for more)",
             param_hint="'--console-listen'",
         )
-    try:
-        bind(host, port).close()
-    except OSError as exc:
-        fail(f"--console-listen: cannot listen on {host}:{port}: {exc.strerror or exc}")
+    bind_listen(host, port, "--console-listen").close()
     return host, port

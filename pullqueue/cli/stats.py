@@ -144,6 +144,7 @@ def render(backend: Backend, stats: QueueStats, backlog: Backlog | None) -> Grou
     table.add_column(justify="right")
     for label, value in stats_rows(stats, time.time()):
         table.add_row(label, value)
+    table.add_row("paused", inspection.pause_text(backend, stats.queue))
     parts: list[Table] = [table]
     if backlog is not None:
         parts.append(backlog_table(backlog))

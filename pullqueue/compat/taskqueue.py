@@ -185,9 +185,10 @@ class Task(_CoreTask):
     (now + countdown) and an ETA more than 30 days ahead is refused here; a task with neither eta
     nor countdown is due the moment it is added (see _place_on_backend_clock).
 
-    `Task(name='job-42')`, without a payload, is a handle on a task by its name, as legacy code
-    builds one to delete or lease-check a task: delete_tasks and modify_task_lease accept it,
-    and add refuses it with InvalidQueueModeError, as a pull queue refused the SDK's (a push task).
+    `Task(name='job-42')`, without a payload nor a method, is a handle on a task by its name, as
+    legacy code builds one to delete or lease-check a task (the SDK's push task): delete_tasks and
+    modify_task_lease accept it, and add refuses it with InvalidQueueModeError, as a pull queue
+    refused the SDK's. `Task(method='PULL')` without a payload is InvalidTaskError, as in the SDK.
     """
 
     __slots__ = ()
@@ -195,7 +196,7 @@ class Task(_CoreTask):
     def __init__(
         self,
         payload: bytes | str | None = None,
-        method: str = "PULL",
+        method: str | None = None,
         name: str | None = None,
         tag: str | bytes | None = None,
         eta: dt.datetime | None = None,
@@ -204,6 +205,11 @@ class Task(_CoreTask):
     ) -> None:
         if kwargs:
             payload = _legacy_keywords(payload, name, kwargs)
+        if method is None:
+            handle = payload is None  # the SDK's Task(name=...): a push task, here a handle
+            method = "PULL"
+        else:
+            handle = False
         if method != "PULL":
             method = method.upper() if isinstance(method, str) else method
             if method in _PUSH_METHODS:
@@ -215,9 +221,11 @@ class Task(_CoreTask):
                 raise InvalidTaskNameError(f"the task name must be a string, not {name!r}")
             _validate_task_name(name)
         if payload is None:
-            # A name handle becomes a _NameOnlyTask here (same slots, so the class can change)
-            # rather than in a __new__, which every Task would pay for.
-            if type(self) is not Task or (kwargs and kwargs.get("params")):
+            # As the SDK: a pull task needs a payload. Without a method, Task(name=...) is the
+            # SDK's push task, which legacy code builds to name a task; here it is a name
+            # handle, a _NameOnlyTask (same slots, so the class can change here rather than in
+            # a __new__, which every Task would pay for).
+            if not handle or type(self) is not Task or (kwargs and kwargs.get("params")):
                 raise InvalidTaskError("payload must be specified for pull task", task=name)
             self.__class__ = _NameOnlyTask
             payload = b""

@@ -26,29 +26,26 @@ from starlette.staticfiles import StaticFiles
 
 from pullqueue import __version__
 from pullqueue.adapters.base import Backend
-from pullqueue.console import actions
+from pullqueue.console import actions, params
 from pullqueue.console.figures import Figure
 from pullqueue.console.listing import (
     LOOK_LIMIT,
     PAGE_SIZE,
     TaskPage,
+    can_page,
     dead_letters,
     is_pubsub,
     pubsub_look,
     task_page,
 )
+from pullqueue.console.operations import OPERATIONS
 from pullqueue.console.sampler import Sampler
-from pullqueue.console.security import (
-    CSRF_FIELD,
-    LOOPBACK_HOSTS,
-    TokenGate,
-    csrf_problem,
-    csrf_token,
-    remember_csrf,
-)
+from pullqueue.console.security import CSRF_FIELD, CsrfGuard, TokenGate
+from pullqueue.console.taskpages import TaskPages
 from pullqueue.console.workers import WorkerMetrics
 from pullqueue.errors import Error
-from pullqueue.inspection import iso, preview, safe
+from pullqueue.inspection import iso, pause_state, preview, safe
+from pullqueue.listen import LOOPBACK_HOSTS
 from pullqueue.monitoring import BacklogReader
 from pullqueue.queue import validate_queue_name
 
@@ -86,6 +83,20 @@ def show(figure: Figure, kind: str = "count") -> str:
     return text if figure.exact else f"~{text}"
 
 
+class Notes:
+    """The reasons for a table's unknown figures, each said once under it: a cell shows the
+    reason's number (and the whole reason on hover), however many cells share it."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, int] = {}
+
+    def mark(self, reason: str) -> int:
+        return self._numbers.setdefault(reason, len(self._numbers) + 1)
+
+    def items(self) -> list[tuple[int, str]]:
+        return [(number, reason) for reason, number in self._numbers.items()]
+
+
 def queue_path(queue: str) -> str:
     return "/queues/" + quote(queue, safe="")
 
@@ -97,17 +108,21 @@ def _templates() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters.update(show=show, iso=iso, preview=preview, safe_text=safe, queue_path=queue_path)
-    env.globals.update(version=__version__, poll_seconds=POLL_SECONDS, age=_age)
+    env.globals.update(version=__version__, poll_seconds=POLL_SECONDS, age=_age, Notes=Notes)
     return env
 
 
 class Console:
     """The routes, bound to one backend, its sampler and the console's options."""
 
-    def __init__(self, backend: Backend, sampler: Sampler, *, read_only: bool) -> None:
+    def __init__(
+        self, backend: Backend, sampler: Sampler, *, read_only: bool, token_gate: bool = False
+    ) -> None:
         self.backend = backend
         self.sampler = sampler
         self.read_only = read_only
+        self.ignored_params = ("token",) if token_gate else ()
+        self.csrf = CsrfGuard()
         self.env = _templates()
 
     # Rendering
@@ -118,15 +133,29 @@ class Console:
         context.update(
             backend_url=self.backend.url,
             read_only=self.read_only,
-            csrf=csrf_token(request),
+            csrf=self.csrf.token(request),
             csrf_field=CSRF_FIELD,
             pubsub=is_pubsub(self.backend),
         )
         html = self.env.get_template(template).render(**context)
-        return remember_csrf(request, HTMLResponse(html, status_code=status_code))
+        return self.csrf.remember(request, HTMLResponse(html, status_code=status_code))
 
     def error(self, request: Request, status: int, message: str) -> Response:
         return self.render(request, "message.html", status, title=str(status), message=message)
+
+    def query(
+        self, request: Request, json: bool = False, **readers: params.Reader
+    ) -> dict[str, Any] | Response:
+        """The request's query parameters read strictly (see `params`), or the 400 to answer:
+        a page naming the parameter, or for JSON {"error", "parameter"}."""
+        try:
+            return params.read_query(
+                request.scope.get("query_string", b""), readers, ignored=self.ignored_params
+            )
+        except params.BadParameter as exc:
+            if json:
+                return JSONResponse({"error": str(exc), "parameter": exc.parameter}, 400)
+            return self.error(request, 400, f"{exc}; nothing was changed")
 
     async def known_queue(self, request: Request) -> str | Response:
         """The queue named in the path, or an error page when the backend has no such queue."""
@@ -155,22 +184,35 @@ class Console:
         queue = await self.known_queue(request)
         if isinstance(queue, Response):
             return queue
+        query = self.query(request)
+        if isinstance(query, Response):
+            return query
         form = await request.form()
-        problem = csrf_problem(request, _text(form.get(CSRF_FIELD)))
+        problem = self.csrf.problem(request, _text(form.get(CSRF_FIELD)))
         if problem is not None:
             return self.error(request, 403, problem)
         return queue, form
 
     async def queues(self, request: Request) -> Response:
+        query = self.query(request)
+        if isinstance(query, Response):
+            return query
         await run_in_threadpool(self.sampler.fresh)
         return self.render(request, "queues.html", **self._queue_rows())
 
     async def go(self, request: Request) -> Response:
         """The "open a queue by name" form: on to that queue's page."""
-        name = request.query_params.get("q", "").strip()
-        return RedirectResponse(queue_path(name) if name else "/", status_code=303)
+        query = self.query(request, q=params.queue_name)
+        if isinstance(query, Response):
+            return query
+        if "q" not in query:
+            return self.error(request, 400, "bad parameter 'q': give a queue's name")
+        return RedirectResponse(queue_path(query["q"]), status_code=303)
 
     async def queue_rows(self, request: Request) -> Response:
+        query = self.query(request)
+        if isinstance(query, Response):
+            return query
         await run_in_threadpool(self.sampler.fresh)
         return self.render(request, "_queue_rows.html", **self._queue_rows())
 
@@ -186,16 +228,26 @@ class Console:
         queue = await self.known_queue(request)
         if isinstance(queue, Response):
             return queue
-        tag = request.query_params.get("tag") or None
-        after = request.query_params.get("after") or None
+        query = self.query(request, tag=params.tag, after=params.cursor)
+        if isinstance(query, Response):
+            return query
+        tag: str | None = query.get("tag")
+        after: tuple[float, str] | None = query.get("after")
+        if after is not None and not can_page(self.backend):
+            return self.error(
+                request, 400, f"bad parameter 'after': {self.backend.url} lists no pages of tasks"
+            )
         page: TaskPage = await run_in_threadpool(
             task_page, self.backend, queue, tag=tag, after=after
         )
         await run_in_threadpool(self.sampler.fresh)
+        paused, paused_since = await run_in_threadpool(pause_state, self.backend, queue)
         return self.render(
             request,
             "queue.html",
             queue=queue,
+            paused=paused,
+            paused_since=paused_since,
             figures=self.sampler.latest(queue),
             page=page,
             tag=tag,
@@ -208,14 +260,20 @@ class Console:
         queue = await self.known_queue(request)
         if isinstance(queue, Response):
             return queue
+        query = self.query(request, part=params.one_of("subscriptions"))
+        if isinstance(query, Response):
+            return query
         await run_in_threadpool(self.sampler.fresh)
-        part = "_subscriptions.html" if request.query_params.get("part") else "_figures.html"
+        part = "_subscriptions.html" if query.get("part") else "_figures.html"
         return self.render(request, part, queue=queue, figures=self.sampler.latest(queue))
 
     async def dead_letters(self, request: Request) -> Response:
         queue = await self.known_queue(request)
         if isinstance(queue, Response):
             return queue
+        query = self.query(request)
+        if isinstance(query, Response):
+            return query
         found = await run_in_threadpool(dead_letters, self.backend, queue)
         return self.render(request, "_dead_letters.html", queue=queue, dead=found)
 
@@ -225,13 +283,26 @@ class Console:
         if isinstance(posted, Response):
             return posted
         queue, form = posted
-        tag = _text(form.get("tag")) or None
+        if not is_pubsub(self.backend):
+            return self.error(
+                request,
+                404,
+                f"a look is for Pub/Sub, which lists no tasks; {self.backend.url} shows them on"
+                " the queue's page",
+            )
+        try:
+            tag = params.tag(_text(form.get("tag")))
+        except ValueError as exc:
+            return self.error(request, 400, f"bad field 'tag': {exc}")
         page = await run_in_threadpool(pubsub_look, self.backend, queue, tag=tag, limit=LOOK_LIMIT)
         return self.render(request, "_tasks.html", queue=queue, page=page, tag=tag, after=None)
 
     # API (JSON, for scripts and tests)
 
     async def api_queues(self, request: Request) -> Response:
+        query = self.query(request, json=True)
+        if isinstance(query, Response):
+            return query
         await run_in_threadpool(self.sampler.fresh)
         return JSONResponse(
             {
@@ -248,12 +319,18 @@ class Console:
         queue = await self.known_queue(request)
         if isinstance(queue, Response):
             return JSONResponse({"error": f"no queue {request.path_params['queue']!r}"}, 404)
+        query = self.query(request, json=True)
+        if isinstance(query, Response):
+            return query
         await run_in_threadpool(self.sampler.fresh)
         figures = self.sampler.latest(queue)
         return JSONResponse(None if figures is None else figures.as_dict())
 
     async def api_backlog(self, request: Request) -> Response:
         """Each queue's backlog over the last hour: {queue: [[times], [backlogs or null]]}."""
+        query = self.query(request, json=True)
+        if isinstance(query, Response):
+            return query
         out: dict[str, list[list[float | None]]] = {}
         for queue in self.sampler.queues():
             points = self.sampler.history(queue)
@@ -293,6 +370,9 @@ class Console:
             work = lambda: actions.redrive_dead_letters(self.backend, queue)  # noqa: E731
         elif action == "purge-dead-letters":
             work = lambda: actions.purge_dead_letters(self.backend, queue)  # noqa: E731
+        elif action in OPERATIONS:
+            fields = {key: _text(value) for key, value in form.items()}
+            work = lambda: OPERATIONS[action](self.backend, queue, fields)  # noqa: E731
         else:
             return self.error(request, 404, f"no action {action!r}")
         try:
@@ -325,7 +405,7 @@ def create_app(
     count neither."""
     workers = WorkerMetrics(metrics, backend.url) if metrics else None
     sampler = Sampler(backend, period=period, reader=reader, workers=workers)
-    console = Console(backend, sampler, read_only=read_only)
+    console = Console(backend, sampler, read_only=read_only, token_gate=token is not None)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -347,6 +427,7 @@ def create_app(
         Route("/queues/{queue}/figures", console.queue_figures),
         Route("/queues/{queue}/dead-letters", console.dead_letters),
         Route("/queues/{queue}/look", console.look, methods=["POST"]),
+        *TaskPages(console).routes(),
         Route("/queues/{queue}/{action}", console.act, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]

@@ -17,14 +17,11 @@ from pullqueue.monitoring import BacklogReader
 from pullqueue.queue import Queue
 
 NO_COUNTS = "{url} counts only the tasks this process holds, not the queue's"
-NO_LEASE_RATE = (
-    "{url} does not count leases; each worker counts its own: start the console with"
-    " --metrics URL for each `pullqueue work --metrics-port` endpoint"
+NO_RATES = (
+    "{url} counts neither leases nor completions; each worker counts its own: start the console"
+    " with --metrics URL for each `pullqueue work --metrics-port` endpoint"
 )
-NO_COMPLETION_RATE = (
-    "{url} does not count completions; each worker counts its own: start the console with"
-    " --metrics URL for each `pullqueue work --metrics-port` endpoint"
-)
+"""One reason for both figures, so a page says it once."""
 NOT_SAMPLED = "Cloud Monitoring had no sample of every subscription in its window"
 
 
@@ -116,11 +113,11 @@ def read_figures(
     leases = (
         Figure(leased, exact=not approximate)
         if leased is not None
-        else Figure(None, NO_LEASE_RATE.format(url=url))
+        else Figure(None, NO_RATES.format(url=url))
     )
     counter = getattr(backend, "completed_last_minute", None)
     if callable(counter):
         completions = Figure(int(counter(queue)))
     else:
-        completions = Figure(None, NO_COMPLETION_RATE.format(url=url))
+        completions = Figure(None, NO_RATES.format(url=url))
     return QueueFigures(queue, now, backlog_figure, oldest, dead_figure, leases, completions, out)

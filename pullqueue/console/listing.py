@@ -36,16 +36,6 @@ def cursor_of(row: TaskRow) -> str:
     return f"{round((row.eta or 0.0) * 1e6)}~{row.name or ''}"
 
 
-def parse_cursor(text: str | None) -> tuple[float, str] | None:
-    """A cursor from the URL; None for none or a malformed one (then paging starts over)."""
-    if not text:
-        return None
-    usec, sep, name = text.partition("~")
-    if not sep or not usec.lstrip("-").isdigit():
-        return None
-    return int(usec) / 1e6, name
-
-
 def can_page(backend: Backend) -> bool:
     return isinstance(backend, ListingBackend)
 
@@ -55,10 +45,16 @@ def is_pubsub(backend: Backend) -> bool:
 
 
 def task_page(
-    backend: Backend, queue: str, *, tag: str | None, after: str | None, size: int = PAGE_SIZE
+    backend: Backend,
+    queue: str,
+    *,
+    tag: str | None,
+    after: tuple[float, str] | None,
+    size: int = PAGE_SIZE,
 ) -> TaskPage:
-    """A page of tasks (of `tag`) in (ETA, name) order past the cursor `after`."""
-    cursor = parse_cursor(after)
+    """A page of tasks (of `tag`) in (ETA, name) order past the cursor `after` (see
+    `pullqueue.console.params.cursor`)."""
+    cursor = after
     now = backend.now()
     if isinstance(backend, PagingBackend):
         tasks = backend.task_page(queue, tag=tag, after=cursor, limit=size + 1)
@@ -75,7 +71,7 @@ def task_page(
         counts = None
     else:
         reason = (
-            "Pub/Sub lists no tasks: look at them below (each look costs a delivery attempt)"
+            "Pub/Sub lists no tasks: look at them (each look costs a delivery attempt)"
             if is_pubsub(backend)
             else f"{backend.url} cannot show tasks without leasing them"
         )

@@ -1,8 +1,8 @@
 """Serving the console with uvicorn: in the foreground (`pullqueue console`) or in a thread
 beside other work (`pullqueue demo --console`, tests driving a real browser).
 
-The socket is bound before uvicorn starts, so a port in use is the caller's one-line error and
-port 0 gives a free port whose address is known at once.
+The caller binds the socket (`pullqueue.listen.bind`) before uvicorn starts, so a port in use is
+its one-line error and port 0 gives a free port whose address is known at once.
 """
 
 from __future__ import annotations
@@ -14,26 +14,7 @@ from typing import Any
 
 import uvicorn
 
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on host:port (OSError when it cannot be had)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-def address(sock: socket.socket) -> str:
-    """The console's URL on a bound socket."""
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/"
+from pullqueue.listen import http_url
 
 
 def _config(app: Any) -> uvicorn.Config:
@@ -50,7 +31,7 @@ class BackgroundConsole:
     """The console served from a daemon thread; stop() shuts it down and closes the socket."""
 
     def __init__(self, app: Any, sock: socket.socket) -> None:
-        self.url = address(sock)
+        self.url = http_url(sock)
         self.app = app
         self._sock = sock
         self._server = uvicorn.Server(_config(app))

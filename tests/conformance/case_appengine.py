@@ -53,5 +53,7 @@ CASE = BackendCase(
         " the service's own count",
         "retry_limit": "the bundled API sends no retry options with pull tasks; the queue's"
         " task_retry_limit in queue.yaml applies (tested in tests/appengine)",
+        "pause": "the legacy queue is paused in its own console; pullqueue refuses with"
+        " PauseNotSupportedError (tests/conformance/test_pause.py)",
     },
 )

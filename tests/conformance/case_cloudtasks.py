@@ -59,5 +59,7 @@ CASE = BackendCase(
         " Google does not define for pull queues; tests/cloudtasks checks it is passed through",
         "retry_limit": "v2beta2 tasks carry no retry limit; the queue's retry_config.max_attempts"
         " (queue.yaml task_retry_limit) applies",
+        "pause": "the legacy queue is paused in its own console; pullqueue refuses with"
+        " PauseNotSupportedError (tests/conformance/test_pause.py, tests/cloudtasks/test_pause.py)",
     },
 )

@@ -57,6 +57,7 @@ FEATURES: Mapping[str, str] = {
     "executed_last_minute": "stats().executed_last_minute counts leases of the last minute",
     "retry_limit": "Task(retry_limit=N) is deleted instead of a lease number N+1",
     "full_mib_payload": "a payload of exactly 1 MiB is accepted",
+    "pause": "while a queue is paused every lease answers empty and adds are accepted",
 }
 
 _counter = itertools.count(1)

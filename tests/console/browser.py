@@ -28,7 +28,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 from pullqueue.adapters.base import Backend
 from pullqueue.console import create_app
 from pullqueue.console.app import loopback_hosts
-from pullqueue.console.server import BackgroundConsole, bind
+from pullqueue.console.server import BackgroundConsole
+from pullqueue.listen import bind
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 # Screenshots are always taken; they refresh docs/console/ only when asked

@@ -1,7 +1,8 @@
 """Fixtures for the console tests: a memory backend the test fills, and the console over it.
 
 `Browser` wraps Starlette's TestClient the way a user's browser behaves: it opens a page first
-(getting the CSRF cookie and the form's token) and posts forms with that token.
+(getting the session cookie and the form's CSRF token) and posts forms with that token and the
+page's Origin, as a browser does.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Browser:
     def __init__(self, client: TestClient) -> None:
         self.client = client
         self.token = ""
+        self.origin = str(client.base_url).rstrip("/")
 
     def get(self, path: str, **kwargs: Any) -> httpx2.Response:
         response = self.client.get(path, **kwargs)
@@ -35,8 +37,15 @@ class Browser:
             self.token = found.group(1)
         return response
 
-    def post(self, path: str, data: dict[str, str], **kwargs: Any) -> httpx2.Response:
-        return self.client.post(path, data={"csrf": self.token, **data}, **kwargs)
+    def post(
+        self,
+        path: str,
+        data: dict[str, str],
+        headers: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> httpx2.Response:
+        sent = {"Origin": self.origin, **(headers or {})}
+        return self.client.post(path, data={"csrf": self.token, **data}, headers=sent, **kwargs)
 
 
 def fill(backend: MemoryBackend, queue: str, count: int, tags: list[str | None]) -> None:

@@ -64,3 +64,20 @@ def test_tasks_paged_filtered_deleted_and_purged(
     purged = browser.post("/queues/mail/purge", {"confirm": "mail"})
     assert "purged queue &#39;mail&#39;" in purged.text and "about 149 tasks" in purged.text
     assert service.tasks("mail") == [] and len(service.tasks("billing")) == 1
+
+
+def test_task_page_find_and_a_tags_delete_on_the_legacy_queue(
+    service: CloudTasksModel, browser: Browser
+) -> None:
+    page = browser.get("/queues/mail/task?name=m005").text
+    assert 'id="attr-name">m005<' in page and 'id="attr-tag"' in page
+    assert "5 bytes, UTF-8 text" in page
+    assert 'id="pause-unsupported"' in browser.get("/queues/mail").text  # its own console pauses
+    found = browser.get("/queues/mail/find?name=m010", follow_redirects=False)
+    assert found.status_code == 303
+    by_payload = browser.get("/queues/mail/find?payload=" + "x" * 148).text
+    assert "2 tasks found" in by_payload  # m148, m149
+    browser.get("/queues/mail?tag=a")
+    done = browser.post("/queues/mail/delete-tag", {"tag": "a", "confirm": "mail"})
+    assert "deleted 75 tasks with tag &#39;a&#39;" in done.text
+    assert {t.name for t in service.tasks("mail")} == {f"m{i:03}" for i in range(1, 150, 2)}

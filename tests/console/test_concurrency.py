@@ -39,6 +39,7 @@ def test_concurrent_deletes_over_http() -> None:
                     reply = client.post(
                         "/queues/jobs/delete-task",
                         data={"csrf": token, "name": name, "confirm": "jobs"},
+                        headers={"Origin": url.rstrip("/")},
                     )
                     assert reply.status_code == 200, reply.text
                     report = re.search(r'id="report">([^<]*)<', reply.text)

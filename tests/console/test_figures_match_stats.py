@@ -33,7 +33,9 @@ def console_stats(app_backend: Any, queue: str, **options: Any) -> dict[str, Any
         assert response.status_code == 200
         figures = response.json()
         page = client.get("/").text
+        subscriptions = client.get(f"/queues/{queue}/figures?part=subscriptions").text
     figures["page"] = page
+    figures["subscriptions"] = subscriptions
     return figures
 
 
@@ -131,3 +133,10 @@ def test_with_monitoring_both_show_the_same_backlog(
     assert figures["dead_letters"]["value"] == 2
     row = figures["page"].split(f'data-queue="{name}"', 1)[1].split("</tr>", 1)[0]
     assert "~12" in row and "~60 s" in row and "~2<" in row.replace("\n", "").replace(" ", "")
+    # Per subscription: the workers' own row, the 16 shards folded into one that opens.
+    subscriptions = figures["subscriptions"]
+    workers = subscriptions.split(f">{name}-workers<", 1)[1].split("</tr>", 1)[0]
+    assert '<td class="num">7</td>' in workers
+    folded = subscriptions.split('<details id="shards">', 1)[1]
+    assert "<summary>16 shards of the undeclared tags: 5 undelivered</summary>" in folded
+    assert folded.count('<span class="cut" title="' + name + "-shard-") == SHARDS

@@ -101,14 +101,14 @@ def test_non_loopback_needs_a_token(tmp_path: Path) -> None:
     assert listen.returncode == 2 and "HOST:PORT" in listen.stderr
 
 
-def test_a_port_in_use_is_one_line_and_exit_1() -> None:
+def test_a_port_in_use_is_one_line_and_exit_2() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         result = run("console", "--listen", f"127.0.0.1:{port}")
-    assert result.returncode == 1
-    assert "cannot listen on 127.0.0.1" in one_error_line(result.stderr)
+    assert result.returncode == 2  # as the bridge and --metrics-port say it
+    assert f"'--listen': cannot listen on 127.0.0.1:{port}" in one_error_line(result.stderr)
 
 
 def start_console(

@@ -16,12 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from pullqueue.listen import free_port
 
 
 @dataclass

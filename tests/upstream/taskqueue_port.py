@@ -145,9 +145,10 @@ class TaskTest(HttpEnvironTest):
 
     self.now_timestamp = time.time()
     self.now_time = datetime.datetime.fromtimestamp(self.now_timestamp)
-    # pullqueue port: datetime.timezone.utc for the SDK's private taskqueue._UTC, and the
-    # module's clock frozen at now_timestamp instead of patching the SDK's private
-    # Task._Task__determine_eta_posix (the effect upstream wants: ETAs taken at now_timestamp).
+    # pullqueue port: datetime.timezone.utc for the SDK's private taskqueue._UTC, and
+    # time.time stubbed at now_timestamp (as an app's own test does) instead of patching the
+    # SDK's private Task._Task__determine_eta_posix (the effect upstream wants: ETAs taken at
+    # now_timestamp).
     self.now_utctime = self.now_time.replace(tzinfo=datetime.timezone.utc)
     self.restore_clock = harness.freeze_clock(
         IMPLEMENTATION, lambda: self.now_timestamp)

@@ -22,10 +22,6 @@ DIFFERENCES = {
         "push tasks are not served: Task(payload) without method is a pull task, whose limit"
         " is 1 MiB, not the 100 KiB push limit"
     ),
-    ("QueueAddTest", "testPullTaskWithoutPayload"): (
-        "Task(payload=None, method='PULL') is a name handle, refused when added"
-        " (InvalidQueueModeError), not at construction"
-    ),
     ("QueueAddTest", "testTransactionalAddOutsideOfTransaction"): (
         "push tasks are not served: Task(method='GET') raises InvalidQueueModeError"
     ),

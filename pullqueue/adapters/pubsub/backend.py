@@ -23,6 +23,7 @@ from pullqueue.adapters.pubsub.hand import Hand, Wanted
 from pullqueue.adapters.pubsub.keeper import LeaseKeeper
 from pullqueue.adapters.pubsub.layout import QueueLayout
 from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
+from pullqueue.adapters.pubsub.pause import PauseMarks, paused_lease
 from pullqueue.adapters.pubsub.provision import Provisioner, QueueTopology
 from pullqueue.adapters.pubsub.republish import Republisher
 from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PARALLEL_PULLS, PubSubRpc
@@ -137,6 +138,9 @@ class PubSubBackend:
         time a pull's answer is given to arrive follows it (rpc.answer_time)."""
         self._hands: dict[str, Hand] = {}
         """Queue -> this process's hand of it (pubsub/hand.py): its held tasks and their rules."""
+        self._pauses = PauseMarks(
+            self.rpc, lambda queue: self.topology(queue).topic, settings.pubsub_pause_check
+        )
         self._closed = False
 
     def __repr__(self) -> str:
@@ -255,6 +259,8 @@ class PubSubBackend:
         deadline: float = 10.0,
     ) -> list[Task]:
         topology = self.topology(queue)
+        if self._pauses.paused_since(queue) is not None:  # pubsub/pause.py
+            return paused_lease(deadline, self.settings.pubsub_pull_wait)
         began = time.monotonic()
         end = began + deadline
         # Every lease serves the hand in turn, one without tag too: a lease from any thread
@@ -277,6 +283,15 @@ class PubSubBackend:
         if group_by_tag and tag is None and not picked:
             picked = self._await_claimants(queue, topology, max_tasks, end)
         return self._grant(queue, topology, picked, lease_seconds)
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause or resume the queue: its marker topic (pubsub/pause.py)."""
+        self._pauses.set(queue, paused, time.time())
+
+    def paused_since(self, queue: str, *, fresh: bool = False) -> float | None:
+        """When the queue was paused, None while it runs (a copy at most the pause check old)."""
+        self.topology(queue)
+        return self._pauses.paused_since(queue, fresh=fresh)
 
     def _await_claimants(
         self, queue: str, topology: QueueTopology, max_tasks: int, end: float
@@ -1251,6 +1266,13 @@ class PubSubBackend:
             approximate=True,
             whole_queue=False,
         )
+
+    def tombstoned(self, queue: str, names: Sequence[str]) -> set[str] | None:
+        """The names among `names` the name registry holds tombstoned (deleted or purged within
+        its tombstone time); None without a registry, which is the only place names are kept."""
+        if self.names is None:
+            return None
+        return self.names.tombstoned(queue, names)
 
     def list_queues(self) -> list[str]:
         """The queues provisioned in the project (see pubsub/inventory.py)."""
