@@ -122,6 +122,29 @@ class Settings(BaseSettings):
     tombstone_seconds: float = Field(
         7 * 24 * 3600.0, gt=0, description="How long a deleted task name stays tombstoned."
     )
+    outbox_datastore: str | None = Field(
+        None,
+        description="Where transactional adds stage their tasks, for the sweeper:"
+        " appengine:// (this process's App Engine API) or appengine://HOST:PORT.",
+    )
+    sweep_grace_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="How long a staged task is left to its own post-commit publish before a"
+        " sweep publishes it.",
+    )
+    sweep_lock_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="How long a sweeper keeps other sweepers off a staged task it publishes"
+        " (longer than a pass takes to publish it).",
+    )
+    sweep_period_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="Seconds between the sweeps of `pullqueue work` and `pullqueue bridge`"
+        " (0: they do not sweep).",
+    )
 
     @field_validator("pubsub_shards", mode="before")
     @classmethod

@@ -278,20 +278,19 @@ def test_a_transactional_add_outside_ndb_leaves_ndb_untouched() -> None:
     assert seen == ["BadTransactionStateError", None]
 
 
-def test_a_transactional_add_in_a_db_transaction_is_refused_saying_ndb_is_joined(
+def test_a_transactional_add_in_a_db_transaction_happens_at_commit_and_not_on_rollback(
     side: Side,
 ) -> None:
-    """The older db API's transactions have no commit hook to add the tasks at: pullqueue refuses
-    the add with what to do (the SDK joins them; docs/migration-guide.md lists the difference)."""
+    """The older db API's transactions are joined as the SDK joins them: staged in the
+    transaction, published after its commit, nothing left by a rollback."""
     from google.appengine.ext import db
 
-    def place_order() -> None:
-        side.queue.add(side.tq.Task(payload=b"a", method="PULL"), transactional=True)
+    def place_order(payload: bytes, fail: bool) -> None:
+        Order(number=1).put()
+        side.queue.add(side.tq.Task(payload=payload, method="PULL"), transactional=True)
+        if fail:
+            raise db.Rollback()
 
-    if side.name == "sdk":
-        db.run_in_transaction(place_order)
-        assert side.tasks() == [b"a"]
-    else:
-        with pytest.raises(compat.BadTransactionStateError, match="ndb transactions only"):
-            db.run_in_transaction(place_order)
-        assert side.tasks() == []
+    db.run_in_transaction(place_order, b"kept", False)
+    db.run_in_transaction(place_order, b"rolled back", True)
+    assert side.tasks() == [b"kept"]

@@ -70,7 +70,9 @@ class Bridge:
     """The service bridge over one backend: answers /rpc_http calls, forwards other services.
 
     `ticket`, when set, is the only request_id accepted; `upstream` (HOST:PORT) receives the
-    calls of other services unchanged; `threads` bounds the taskqueue calls served at once;
+    calls of other services unchanged (and stages transactional adds, bridge/outbox.py);
+    `threads` bounds the taskqueue calls served at once; `sweep_period` (seconds, 0: never) is
+    how often the outbox of the app seen adding transactionally is swept through the upstream;
     `default_deadline` (seconds) applies to a call whose request names none (Python 2.7's
     RemoteStub); `app_id` is what the remote_api handshake answers.
     """
@@ -82,10 +84,11 @@ class Bridge:
         ticket: str | None = None,
         upstream: str | None = None,
         threads: int = 64,
+        sweep_period: float = 0.0,
         default_deadline: float = DEFAULT_DEADLINE,
         app_id: str = DEFAULT_APP_ID,
     ) -> None:
-        self.service = TaskQueueService(backend)
+        self.service = TaskQueueService(backend, upstream=upstream, sweep_period=sweep_period)
         self.ticket = ticket
         self.upstream = upstream
         if isinstance(default_deadline, bool) or not (
@@ -118,6 +121,7 @@ class Bridge:
         return app
 
     async def _close(self, _app: web.Application) -> None:
+        await asyncio.to_thread(self.service.outbox.close)
         if self._session is not None:
             await self._session.close()
         # Off the loop, so the drain's grace period can still end a call that runs on.
@@ -194,7 +198,7 @@ class Bridge:
             logger.info("call refused: %s.%s: %s", service or "?", method or "?", failure.detail)
             answer = wire.rpc_error(failure.code, failure.detail, python2=remote_stub)
         except wire.ApplicationFailure as failure:
-            outcome = Code.ErrorCode.Name(failure.code).lower()
+            outcome = _outcome(failure.code)
             answer = wire.application_error(failure.code, failure.detail, python2=remote_stub)
         finally:
             attributes = {"rpc.service": service or "?", "rpc.method": method or "?"}
@@ -252,6 +256,25 @@ class Bridge:
                 " taskqueue service only (start it with --upstream HOST:PORT to forward the"
                 " other services to the App Engine API)",
             )
+        if call.service == "datastore_v3" and self.service.outbox.enabled:
+            # Transactional adds stage their tasks in the app's transaction (bridge/outbox.py).
+            async def post(data: bytes) -> bytes:
+                answer = await self._post_upstream(request, call, data, deadline)
+                if answer.status != 200 or not isinstance(answer.body, bytes):
+                    raise wire.RpcFailure(
+                        RpcError.UNKNOWN,
+                        f"{call.service}.{call.method}: the upstream {self.upstream} answered"
+                        f" HTTP {answer.status}",
+                    )
+                return answer.body
+
+            outbox = self.service.outbox
+            return _answer(await outbox.forward(call.method, call.ticket, body, call.request, post))
+        return await self._post_upstream(request, call, body, deadline)
+
+    async def _post_upstream(
+        self, request: web.Request, call: wire.Call, body: bytes, deadline: float
+    ) -> web.Response:
         if self._session is None:
             self._session = ClientSession()
         headers = {k: request.headers[k] for k in _FORWARDED_HEADERS if k in request.headers}
@@ -281,6 +304,13 @@ class Bridge:
                 RpcError.UNKNOWN,
                 f"{call.service}.{call.method}: the upstream {self.upstream} failed: {exc}",
             ) from None
+
+
+def _outcome(code: int) -> str:
+    """A taskqueue code's metric label; DATASTORE_ERROR + n (a transaction's error) as one."""
+    if code >= Code.DATASTORE_ERROR:
+        return "datastore_error"
+    return str(Code.ErrorCode.Name(code)).lower()
 
 
 def _deadline(header: str | None, default: float) -> float:

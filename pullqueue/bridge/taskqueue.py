@@ -16,9 +16,11 @@ from google.protobuf.message import DecodeError
 from pullqueue import metrics
 from pullqueue.adapters.base import Backend, TombstoneBackend
 from pullqueue.bridge.codes import OK, SKIPPED, Code, code_of
+from pullqueue.bridge.outbox import TransactionalAdds
 from pullqueue.bridge.proto import taskqueue_service_pb2 as pb
 from pullqueue.bridge.proto.remote_api_pb2 import RpcError
 from pullqueue.bridge.wire import ApplicationFailure, RpcFailure
+from pullqueue.config import Settings
 from pullqueue.errors import DeadlineExceededError, Error, TooManyTasksError
 from pullqueue.limits import MAX_TASKS_PER_ADD
 from pullqueue.queue import Queue
@@ -41,8 +43,18 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 class TaskQueueService:
     """Serves taskqueue calls on one backend; safe to call from many threads at once."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(
+        self, backend: Backend, *, upstream: str | None = None, sweep_period: float = 0.0
+    ) -> None:
         self.backend = backend
+        settings = Settings()
+        self.outbox = TransactionalAdds(
+            backend,
+            upstream=upstream,
+            sweep_period=sweep_period,
+            sweep_grace=settings.sweep_grace_seconds,
+            sweep_lock=settings.sweep_lock_seconds,
+        )
         self._queues: dict[str, Queue] = {}
         self._methods: dict[str, Callable[[bytes, float], bytes]] = {
             "Add": self._add,
@@ -121,13 +133,11 @@ class TaskQueueService:
                     "a push task was added: the bridge serves pull queues only (a pull task has"
                     " method PULL); keep push tasks on App Engine or move them to Cloud Tasks",
                 )
-            if add.HasField("transaction") or add.HasField("datastore_transaction"):
-                raise ApplicationFailure(
-                    Code.INVALID_REQUEST,
-                    "a transactional add needs a datastore transaction, which pullqueue does not"
-                    " join: add the tasks after the transaction commits",
-                )
         queue = self.queue(adds[0].queue_name)
+        if any(
+            add.HasField("transaction") or add.HasField("datastore_transaction") for add in adds
+        ):
+            return self.outbox.add(queue, adds)
         codes: list[int] = []
         tasks: list[Task | None] = []
         for add in adds:
@@ -309,6 +319,10 @@ _ADD_DETAIL = {
     Code.TASK_ALREADY_EXISTS: "a task with this name is in the queue",
     Code.TOMBSTONED_TASK: "a task with this name was in the queue (deleted or purged since)",
 }
+
+
+def _transactional(add: Any) -> bool:
+    return bool(add.HasField("transaction") or add.HasField("datastore_transaction"))
 
 
 def _parse(kind: Any, request: bytes) -> Any:

@@ -1,6 +1,6 @@
 """The `pullqueue` command: one group and one module per subcommand, all in this package.
 
-Each subcommand (bridge, console, demo, migrate, pause, plan, resume, stats, tasks,
+Each subcommand (bridge, console, demo, migrate, pause, plan, resume, stats, sweep, tasks,
 dead-letters, work) lives in its own module here and shares the options, error handling and exit
 codes of `pullqueue.cli.base`, so every command reads and fails the same way and a new one has an
 obvious home.
@@ -22,6 +22,7 @@ from pullqueue.cli.migrate import migrate
 from pullqueue.cli.pause import pause, resume
 from pullqueue.cli.plan import plan
 from pullqueue.cli.stats import stats
+from pullqueue.cli.sweep import sweep
 from pullqueue.cli.tasks import tasks
 from pullqueue.cli.work import work
 from pullqueue.links import source_url
@@ -56,6 +57,7 @@ cli.add_command(bridge)
 cli.add_command(console)
 cli.add_command(pause)
 cli.add_command(resume)
+cli.add_command(sweep)
 
 
 def main() -> None:

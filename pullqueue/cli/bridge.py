@@ -25,6 +25,7 @@ from pullqueue.cli.base import (
     serve_metrics,
     url_option,
 )
+from pullqueue.config import Settings
 from pullqueue.listen import is_loopback
 
 TICKET_ENV = "PULLQUEUE_BRIDGE_TICKET"
@@ -63,6 +64,13 @@ backend closed), 1 that it could not serve (the message says why).""",
     " bridge, e.g. appengine.googleapis.internal:10001 [default: answer them with an error].",
 )
 @click.option(
+    "--sweep-period",
+    type=FiniteFloat(0, 86400),
+    metavar="SECONDS",
+    help="With --upstream: sweep the transactional outbox of the app through it this often; 0"
+    " turns it off [default: env PULLQUEUE_SWEEP_PERIOD_SECONDS, else 300].",
+)
+@click.option(
     "--ticket-file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help=f"File holding the security ticket every call must carry [default: env {TICKET_ENV},"
@@ -94,6 +102,7 @@ def bridge(
     url: str | None,
     listen: str,
     upstream: str | None,
+    sweep_period: float | None,
     ticket_file: Path | None,
     metrics_port: int | None,
     default_deadline: float,
@@ -106,6 +115,10 @@ def bridge(
     /_ah/remote_api or /rpc_http): point API_HOST and API_PORT at the bridge and their
     lease_tasks / LeaseByTag / delete calls reach the backend, with the legacy semantics and
     errors. One bridge per worker instance (a sidecar) is the intended shape.
+
+    With --upstream, transactional adds are staged in the app's datastore transaction and
+    published when it commits; the bridge then sweeps what a crash left staged every
+    --sweep-period.
     """
     try:
         from pullqueue.bridge import Bridge, serve
@@ -129,10 +142,13 @@ def bridge(
         raise
     backend = connect_backend(url, shared=True)
     try:
+        if sweep_period is None:
+            sweep_period = Settings().sweep_period_seconds
         server = Bridge(
             backend,
             ticket=ticket,
             upstream=upstream,
+            sweep_period=sweep_period,
             default_deadline=default_deadline,
             app_id=app_id,
         )

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from pullqueue.adapters.base import Backend
 from pullqueue.cli.base import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -28,6 +29,7 @@ from pullqueue.cli.base import (
     serve_metrics,
     url_option,
 )
+from pullqueue.config import Settings
 from pullqueue.errors import (
     ConfigurationError,
     Error,
@@ -35,6 +37,9 @@ from pullqueue.errors import (
     UnknownQueueError,
 )
 from pullqueue.metrics import PrometheusEndpoint
+from pullqueue.outbox.periodic import PeriodicSweeper
+from pullqueue.outbox.stores import connect_store
+from pullqueue.outbox.sweep import OutboxStore, SweepReport
 from pullqueue.queue import Queue
 from pullqueue.worker.backoff import Backoff
 from pullqueue.worker.handler import is_batch_handler, load_handler
@@ -53,6 +58,7 @@ Examples:
   pullqueue work emails mail:send --concurrency 8 --url pubsub://my-project
   PULLQUEUE_URL=pubsub://my-project pullqueue work counters app:count --exit-when-idle 30
   pullqueue work emails mail:send --url pubsub://my-project --metrics-port 9464
+  pullqueue work emails mail:send --url pubsub://my-project --sweep-datastore appengine://
 
 """
     + EXIT_STATUS_HELP
@@ -108,6 +114,20 @@ it, 130 a second signal cut it short.""",
     help="Serve Prometheus metrics on this port at /metrics (0: any free port, logged); needs"
     " the metrics extra: pip install 'pullqueue[metrics]'.",
 )
+@click.option(
+    "--sweep-datastore",
+    metavar="URL",
+    help="Also sweep the transactional outbox in this datastore (appengine:// or"
+    " appengine://HOST:PORT?app=APP_ID) every --sweep-period [default: env"
+    " PULLQUEUE_OUTBOX_DATASTORE, else no sweeping].",
+)
+@click.option(
+    "--sweep-period",
+    type=FiniteFloat(0, 86400),
+    metavar="SECONDS",
+    help="Seconds between sweeps; 0 turns them off [default: env PULLQUEUE_SWEEP_PERIOD_SECONDS,"
+    " else 300].",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log every task, not only every batch.")
 def work(
     queue_name: str,
@@ -122,6 +142,8 @@ def work(
     max_backoff: float,
     log_format: str,
     metrics_port: int | None,
+    sweep_datastore: str | None,
+    sweep_period: float | None,
     verbose: bool,
 ) -> None:
     """Run MODULE:FUNCTION over the tasks of pull queue QUEUE.
@@ -143,6 +165,16 @@ def work(
     except ConfigurationError as exc:
         fail(f"MODULE:FUNCTION: {exc}", EXIT_USAGE)
     configure(log_format, logging.DEBUG if verbose else logging.INFO)
+    settings = Settings()
+    sweep_datastore = sweep_datastore or settings.outbox_datastore
+    if sweep_period is None:
+        sweep_period = settings.sweep_period_seconds
+    store = None
+    if sweep_datastore and sweep_period > 0:
+        try:
+            store = connect_store(sweep_datastore)
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--sweep-datastore'") from exc
     endpoint = _serve_metrics(metrics_port) if metrics_port is not None else None
     try:
         _work(
@@ -156,10 +188,27 @@ def work(
             concurrency,
             exit_when_idle,
             max_backoff,
+            (store, sweep_period, settings.sweep_grace_seconds, settings.sweep_lock_seconds),
         )
     finally:
         if endpoint is not None:
             endpoint.close()
+
+
+def _start_sweeper(
+    backend: Backend, store: OutboxStore | None, period: float, grace: float, lock: float
+) -> PeriodicSweeper | None:
+    if store is None:
+        return None
+
+    def logged(report: SweepReport) -> None:
+        if report.found:
+            log_event(logger, logging.INFO, "sweep", **report.as_dict())
+
+    log_event(logger, logging.INFO, "sweeping", datastore=store.url, period=period, grace=grace)
+    return PeriodicSweeper(
+        store, backend, period=period, grace=grace, lock=lock, on_report=logged
+    ).start()
 
 
 def _serve_metrics(port: int) -> PrometheusEndpoint:
@@ -179,6 +228,7 @@ def _work(
     concurrency: int,
     exit_when_idle: float | None,
     max_backoff: float,
+    sweeping: tuple[OutboxStore | None, float, float, float] = (None, 0.0, 0.0, 0.0),
 ) -> None:
     backend = connect_backend(url, shared=True, memory_warning=True)
     try:
@@ -208,7 +258,12 @@ def _work(
             backoff=Backoff(maximum=max_backoff),
             exit_when_idle=exit_when_idle,
         )
-        worker.run()
+        sweeper = _start_sweeper(backend, *sweeping)
+        try:
+            worker.run()
+        finally:
+            if sweeper is not None:
+                sweeper.stop()
     except Error as exc:
         fail(str(exc), EXIT_USAGE if isinstance(exc, ConfigurationError) else EXIT_FAILED)
     finally:

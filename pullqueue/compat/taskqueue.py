@@ -17,6 +17,8 @@ from collections.abc import Iterable as _Iterable
 
 from pullqueue import limits
 from pullqueue.compat import apiproxy_errors
+from pullqueue.compat import cloud_ndb as _cloud_ndb
+from pullqueue.compat import transactional as _transactional
 from pullqueue.errors import (
     BadTaskStateError,
     BadTransactionStateError,
@@ -47,6 +49,7 @@ from pullqueue.errors import (
     UnknownQueueError,
 )
 from pullqueue.errors import DeadlineExceededError as _CoreDeadlineExceededError
+from pullqueue.outbox import layout as _outbox
 from pullqueue.queue import Queue as _CoreQueue
 from pullqueue.queue import validate_deadline as _validate_deadline
 from pullqueue.queue import validate_queue_name as _validate_queue_name
@@ -675,9 +678,10 @@ class Queue:
         Per-task failures (TaskAlreadyExistsError, TombstonedTaskError) are raised after the
         other tasks were added; check `was_enqueued` to see which were.
 
-        transactional=True inside an ndb transaction adds the tasks when it commits, and not at
-        all if it rolls back (the legacy guarantee); outside one it raises
-        BadTransactionStateError, as the SDK does.
+        transactional=True inside an ndb, db or google-cloud-ndb transaction stages the tasks in
+        it (the outbox: pullqueue.outbox), publishes them once it commits, and not at all if it
+        rolls back (the legacy guarantee); outside one it raises BadTransactionStateError, as the
+        SDK does.
         """
         single = isinstance(task, _CoreTask)
         tasks: list[_CoreTask] = [task] if isinstance(task, _CoreTask) else list(task)
@@ -709,17 +713,13 @@ class Queue:
     def _add_on_commit(
         self, tasks: list[_CoreTask], single: bool, derived: list[Task]
     ) -> Task | list[Task]:
-        context = _ndb_transaction()
-        if context is None:
-            if _in_db_transaction():
-                raise BadTransactionStateError(
-                    "pullqueue joins ndb transactions only, not db.run_in_transaction: add the"
-                    " tasks after the transaction returns, or run it with ndb.transaction",
-                    queue=self.name,
-                )
+        connection = _transactional.transaction_connection()
+        cloud = None if connection is not None else _cloud_ndb.transaction_context()
+        if connection is None and cloud is None:
             raise BadTransactionStateError(
                 "Transactional adds are not allowed outside of transactions: call add inside an"
-                " ndb transaction (the tasks are added when it commits), or without"
+                " ndb, db or google-cloud-ndb transaction (the tasks are added when it commits), or"
+                " without"
                 " transactional=True",
                 queue=self.name,
             )
@@ -737,7 +737,10 @@ class Queue:
                 f" {MAX_TRANSACTIONAL_REQUEST_SIZE_BYTES}; found {size}",
                 queue=self.name,
             )
-        added = _transactional_tasks.get(context, 0) + len(tasks)
+        if cloud is not None:
+            added = _cloud_ndb.tasks_so_far(cloud) + len(tasks)
+        else:
+            added = _transactional_tasks.get(connection, 0) + len(tasks)
         if added > _MAX_TRANSACTIONAL_TASKS:
             raise DatastoreError(
                 f"Too many messages, maximum allowed {_MAX_TRANSACTIONAL_TASKS}: a transaction"
@@ -745,20 +748,18 @@ class Queue:
                 " the others without transactional=True after it commits",
                 queue=self.name,
             )
-        # Every limit is checked now, so the add made at commit fails only if the backend does.
+        # Every limit is checked now, so the staged tasks publish unless the backend fails.
         self._queue._check_add(tasks)
-        _transactional_tasks[context] = added
-        # As the SDK, the call answers the tasks marked enqueued in this queue, and they are not
-        # updated if the transaction rolls back; an unnamed task gets its name at the commit.
-        for item in tasks:
-            item.was_added, item.queue_name = True, self.name
-
-        def add_at_commit() -> None:
-            for item in tasks:
-                item.was_added = False
-            self._add_now(tasks, single, derived)
-
-        context.call_on_commit(add_at_commit)
+        staged = [_outbox_task(self.name, item) for item in tasks]
+        if cloud is not None:
+            _cloud_ndb.stage(cloud, self._queue.backend, staged)
+        else:
+            _transactional.stage(connection, self._queue.backend, staged)
+            _transactional_tasks[connection] = added
+        # As the SDK, the call answers the tasks named and marked enqueued in this queue; they
+        # are not updated if the transaction rolls back.
+        for item, record in zip(tasks, staged, strict=True):
+            item.name, item.was_added, item.queue_name = record.name, True, self.name
         return tasks[0] if single else tasks  # type: ignore[return-value]
 
     def add_async(
@@ -968,28 +969,21 @@ _MAX_TRANSACTIONAL_TASKS = 5
 """The legacy limit of transactional tasks per datastore transaction (the SDK's stub keeps it)."""
 
 _transactional_tasks: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-"""Tasks added so far by each ndb transaction's context (forgotten with the context)."""
+"""Tasks added so far by each transaction's connection (forgotten with the connection)."""
 
 
-def _in_db_transaction() -> bool:
-    """Whether a transaction of the SDK's older datastore API (db.run_in_transaction) is open."""
-    datastore = sys.modules.get("google.appengine.api.datastore")
-    if datastore is None:
-        return False
-    return bool(datastore.IsInTransaction())
-
-
-def _ndb_transaction() -> Any:
-    """The context of the current ndb transaction, or None (no ndb loaded, or no transaction)."""
-    tasklets = sys.modules.get("google.appengine.ext.ndb.tasklets")
-    if tasklets is None:
-        return None
-    # The current context as ndb keeps it: ndb's get_context() would make one where there is
-    # none, and a context made outside a request leaves work on ndb's event loop for later.
-    context = getattr(getattr(tasklets, "_state", None), "current_context", None)
-    if context is None or not context.in_transaction():
-        return None
-    return context
+def _outbox_task(queue: str, task: _CoreTask) -> _outbox.StagedTask:
+    """The staging record of a transactional task (named now; staged_usec set at the commit)."""
+    if len(task.payload) + len((task.tag or "").encode("utf-8")) > _outbox.MAX_STAGED_BYTES:
+        raise TaskTooLargeError(
+            f"a transactional task is staged as one datastore entity: its payload and tag must"
+            f" be at most {_outbox.MAX_STAGED_BYTES} bytes",
+            queue=queue,
+        )
+    eta = None
+    if task._eta is not None or getattr(task, "_countdown", None):
+        eta = None if task.eta_posix is None else round(task.eta_posix * _USEC)
+    return _outbox.StagedTask(queue, _outbox.new_task_name(), task.payload, task.tag, eta, 0)
 
 
 def _named(name: str) -> Task:
@@ -998,6 +992,9 @@ def _named(name: str) -> Task:
     task = Task.__new__(Task)
     _CoreTask.__init__(task, b"", name=_validate_task_name(name))
     return task
+
+
+_transactional.install_when_sdk_loads()
 
 
 def add(*args: Any, **kwargs: Any) -> Task:

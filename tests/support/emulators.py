@@ -41,10 +41,12 @@ class Emulator:
 _COMMANDS = {
     "pubsub": ["beta", "emulators", "pubsub", "start"],
     "firestore": ["emulators", "firestore", "start"],
+    "datastore": ["emulators", "firestore", "start", "--database-mode=datastore-mode"],
 }
 _READY = {
     "pubsub": b"Server started",
     "firestore": b"Dev App Server is now running",
+    "datastore": b"Dev App Server is now running",
 }
 
 
@@ -89,7 +91,11 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-_ENV = {"pubsub": "PUBSUB_EMULATOR_HOST", "firestore": "FIRESTORE_EMULATOR_HOST"}
+_ENV = {
+    "pubsub": "PUBSUB_EMULATOR_HOST",
+    "firestore": "FIRESTORE_EMULATOR_HOST",
+    "datastore": "DATASTORE_EMULATOR_HOST",
+}
 _shared: dict[str, Emulator] = {}
 
 

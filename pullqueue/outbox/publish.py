@@ -1,0 +1,62 @@
+"""Publishing staged tasks: one add per queue, a task already there counted as published.
+
+The staged task's name is its identity, so a repeated publish (a sweeper racing the post-commit
+publish, or a retry after a crash) is refused by the queue as a duplicate and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pullqueue.adapters.base import Backend
+from pullqueue.errors import Error, TaskAlreadyExistsError, TombstonedTaskError
+from pullqueue.outbox.layout import StagedTask
+
+
+@dataclass
+class Published:
+    """What one publish did: tasks published now, tasks found already there, and failures."""
+
+    published: list[StagedTask] = field(default_factory=list)
+    already: list[StagedTask] = field(default_factory=list)
+    failed: list[tuple[StagedTask, Exception]] = field(default_factory=list)
+
+    @property
+    def settled(self) -> list[StagedTask]:
+        """Tasks that are in their queue (or were, and were deleted): their staging can go."""
+        return self.published + self.already
+
+
+def publish(backend: Backend, staged: Sequence[StagedTask]) -> Published:
+    """Add each staged task to its queue on backend, named as staged; never raises for a task.
+
+    A task the queue refuses as existing or tombstoned was published before (by this outbox:
+    its name is random and staged nowhere else). A queue's failure leaves its tasks staged for
+    the sweeper.
+    """
+    result = Published()
+    # On Pub/Sub without a registry a named add is refused; the staged names are random, so
+    # the tasks go unnamed there (their name is chosen at the publish: docs/semantics.md).
+    unnamed = getattr(backend, "names", False) is None and not getattr(
+        backend, "accept_duplicate_names", True
+    )
+    by_queue: dict[str, list[StagedTask]] = {}
+    for item in staged:
+        by_queue.setdefault(item.queue, []).append(item)
+    for queue, items in by_queue.items():
+        try:
+            outcomes: Sequence[Error | None] = backend.add(
+                queue, [item.task(named=not unnamed) for item in items]
+            )
+        except Exception as exc:
+            result.failed.extend((item, exc) for item in items)
+            continue
+        for item, outcome in zip(items, outcomes, strict=True):
+            if outcome is None:
+                result.published.append(item)
+            elif isinstance(outcome, TaskAlreadyExistsError | TombstonedTaskError):
+                result.already.append(item)
+            else:
+                result.failed.append((item, outcome))
+    return result

@@ -1,0 +1,175 @@
+"""Transactional adds survive SIGKILL: every committed transaction's task delivered once, no other.
+
+Real processes (tests/outbox/crash_worker.py) run ndb transactions through pullqueue.compat on a
+shared datastore (the SDK's stub over /rpc_http), Pub/Sub (emulator) and a Firestore name
+registry (emulator); they and a sweeper are SIGKILLed at random moments, round after round, and
+restarted. Then the test sweeps once past the grace period and drains the queue as a worker does.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pullqueue.adapters.pubsub import PubSubBackend
+from pullqueue.dedupe import connect_registry
+from pullqueue.outbox.layout import KIND
+from tests.outbox.crash_worker import GRACE_SECONDS, LOCK_SECONDS
+from tests.support.datastore_server import APP_ID, DatastoreServer, ids_of
+from tests.support.emulators import shared_emulator_host
+
+ROOT = Path(__file__).resolve().parents[2]
+IDS = 400
+APPS = 3
+ROUNDS = 15
+
+
+def spawn(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.outbox.crash_worker", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=open(os.environ.get("CRASH_LOG", os.devnull), "ab"),
+    )
+
+
+class Datastore:
+    """Where the apps of one API keep their entities, as the test reads them."""
+
+    def __init__(self, api: str, server: DatastoreServer, project: str) -> None:
+        self.api, self.server, self.project = api, server, project
+
+    @property
+    def url(self) -> str:
+        if self.api == "cloud-ndb":
+            return f"datastore://{self.project}"
+        return f"appengine://{self.server.host}?app={APP_ID}"
+
+    def ids(self, kind: str) -> set[Any]:
+        if self.api == "cloud-ndb":
+            from google.cloud import datastore
+
+            query = datastore.Client(project=self.project).query(kind=kind)
+            query.keys_only()
+            return {entity.key.id_or_name for entity in query.fetch()}
+        if kind == KIND:
+            from google.appengine.datastore import datastore_pb
+
+            request = datastore_pb.Query(app=APP_ID, kind=KIND, keys_only=True)
+            result = datastore_pb.QueryResult()
+            self.server.stub.MakeSyncCall("datastore_v3", "RunQuery", request, result)
+            return {entity.key.path.element[-1].name for entity in result.result}
+        return set(ids_of(self.server, kind))
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("api", ["bundled-ndb", "cloud-ndb"])
+def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back(
+    monkeypatch: pytest.MonkeyPatch, api: str
+) -> None:
+    project = f"pq-{uuid.uuid4().hex[:12]}"
+    registry_url = f"firestore://pullqueue-test?collection=outbox-{uuid.uuid4().hex[:12]}"
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", shared_emulator_host("pubsub"))
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", shared_emulator_host("firestore"))
+    if api == "cloud-ndb":
+        monkeypatch.setenv("DATASTORE_EMULATOR_HOST", shared_emulator_host("datastore"))
+    server = DatastoreServer().start()
+    store = Datastore(api, server, project)
+    prefix = "cloud-" if api == "cloud-ndb" else ""
+    env = {
+        **os.environ,
+        "DATASTORE_HOST": server.host,
+        "DATASTORE_PROJECT": project,
+        "PULLQUEUE_URL": f"pubsub://{project}",
+        "PULLQUEUE_AUTO_CREATE": "1",
+        "PULLQUEUE_DEDUPE_URL": registry_url,
+        "PULLQUEUE_SWEEP_LOCK_SECONDS": str(LOCK_SECONDS),
+        "PULLQUEUE_SWEEP_GRACE_SECONDS": str(GRACE_SECONDS),
+    }
+
+    rng = random.Random(os.environ.get("PULLQUEUE_CRASH_SEED"))
+    kills: Counter[str] = Counter()
+    apps: dict[int, subprocess.Popen[bytes]] = {}
+    sweeper: subprocess.Popen[bytes] | None = None
+    try:
+        # Provision the topic and subscriptions once, before anyone is killed.
+        PubSubBackend(project, auto_create=True, names=None).close()
+        for _ in range(ROUNDS):
+            if sweeper is None or sweeper.poll() is not None:
+                sweeper = spawn(env, f"{prefix}sweeper")
+            for k in range(APPS):
+                if k not in apps or apps[k].poll() is not None:
+                    apps[k] = spawn(env, f"{prefix}app", str(k + 1), str(APPS), str(IDS + 1))
+            time.sleep(rng.uniform(0.2, 2.0))
+            victim = rng.choice([*range(APPS), "sweeper"])
+            process = sweeper if victim == "sweeper" else apps[victim]  # type: ignore[index]
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+                process.wait()
+                kills[str(victim)] += 1
+        if sweeper is not None:
+            sweeper.send_signal(signal.SIGKILL)
+            sweeper.wait()
+        # The apps finish the ids left without being killed.
+        for k in range(APPS):
+            if apps[k].poll() is not None and apps[k].returncode != 0:
+                apps[k] = spawn(env, f"{prefix}app", str(k + 1), str(APPS), str(IDS + 1))
+        for process in apps.values():
+            assert process.wait(timeout=300) == 0
+        committed = store.ids("Order")
+        assert committed == {i for i in range(1, IDS + 1) if i % 5}, (
+            "every transaction committed once"
+        )
+        # The bound: a sweep after the grace period (and the lock of a sweeper killed holding a
+        # task) publishes whatever a crash left staged.
+        left = len(store.ids(KIND))
+        time.sleep(GRACE_SECONDS + LOCK_SECONDS + 0.5)
+        swept = subprocess.run(
+            [sys.executable, "-c", "from pullqueue.cli import main; main()", "sweep", "--json",
+             "--datastore", store.url, "--grace",
+             str(GRACE_SECONDS)],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert swept.returncode == 0, swept.stderr
+        assert store.ids(KIND) == set()
+        delivered = drain(project, registry_url)
+        print(f"kills {dict(kills)}, staged after the kills {left}, sweep {swept.stdout.strip()}")
+        assert not {int(p) for p in delivered} - committed, "a rolled-back task was delivered"
+        assert {int(p) for p in delivered} == committed, "a committed task was lost"
+        twice = {p: n for p, n in delivered.items() if n > 1}
+        assert not twice, f"delivered more than once: {twice}"
+    finally:
+        for process in [*apps.values(), sweeper]:
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+        server.stop()
+
+
+def drain(project: str, registry_url: str) -> Counter[bytes]:
+    """Lease and delete batches of 10, as a worker does, until the queue stays empty."""
+    backend = PubSubBackend(project, names=connect_registry(registry_url), close_names=True)
+    delivered: Counter[bytes] = Counter()
+    empty = 0
+    try:
+        while empty < 3:
+            leased = backend.lease("crash", 60, 10)
+            empty = 0 if leased else empty + 1
+            for task in leased:
+                delivered[task.payload] += 1
+            if leased:
+                backend.delete("crash", leased)
+    finally:
+        backend.close()
+    return delivered
