@@ -41,6 +41,8 @@ _LEGACY_SIZE_OVERHEAD = 37
 _FORGET_SECONDS = 600.0
 """A transaction neither committed nor rolled back this long after its add is forgotten (a
 datastore transaction expires long before)."""
+_ANSWER_MARGIN = 0.25
+"""Seconds before the call's deadline a Commit is answered while its publish goes on."""
 _KEYED = frozenset(("Get", "Put", "Delete", "RunQuery"))
 _BAD_REQUEST = 1
 """datastore_v3's Error.BAD_REQUEST: added to DATASTORE_ERROR, the stub's answer past 5 tasks."""
@@ -78,6 +80,8 @@ class TransactionalAdds:
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._groups: dict[tuple[str, int], tuple[str, Any, Any]] = {}
+        self._settling: set[asyncio.Future[None]] = set()
+        """Publishes that outlasted their Commit's deadline, still running."""
         """First keyed call seen per transaction (method, request, response): its group."""
 
     # the taskqueue side
@@ -191,10 +195,18 @@ class TransactionalAdds:
     # the datastore side
 
     async def forward(
-        self, method: str, ticket: str, body: bytes, request: bytes, post: Post
+        self,
+        method: str,
+        ticket: str,
+        body: bytes,
+        request: bytes,
+        post: Post,
+        deadline: float | None = None,
     ) -> bytes:
         """Forward one datastore_v3 call upstream (post), staging and publishing around a Commit
-        of a transaction with tasks; returns the Response body for the app."""
+        of a transaction with tasks; returns the Response body for the app. `deadline` (on the
+        monotonic clock) is the call's: a publish still running then is left to finish on its
+        own (or to the sweeper) and the Commit answered, since it has committed."""
         if method == "Commit" or method == "Rollback":
             try:
                 transaction = _datastore_pb().Transaction.FromString(request)
@@ -206,7 +218,7 @@ class TransactionalAdds:
                 group = self._groups.pop(key, None)
             if pending is None or method == "Rollback":
                 return await post(body)
-            return await self._commit(transaction, pending, group, ticket, body, post)
+            return await self._commit(transaction, pending, group, ticket, body, post, deadline)
         if method not in _KEYED:
             return await post(body)
         parsed = _parse_keyed(method, request)
@@ -228,6 +240,7 @@ class TransactionalAdds:
         ticket: str,
         body: bytes,
         post: Post,
+        deadline: float | None,
     ) -> bytes:
         from pullqueue.outbox.appengine import entity_pbs, root_of
 
@@ -255,6 +268,31 @@ class TransactionalAdds:
         if answer.HasField("application_error") or answer.HasField("rpc_error"):
             return committed
         keys = [entity.key for entity in put.entity]
+        settling = asyncio.ensure_future(self._settle(tasks, keys, ticket, post))
+        if deadline is None:
+            await settling
+            return committed
+        # The app's call has a deadline and its Commit is done: a publish that outlasts it (a
+        # slow Pub/Sub or registry) goes on here, and the staging stays for the sweeper if it
+        # fails, rather than the app seeing a committed transaction's Commit fail.
+        left = deadline - time.monotonic() - _ANSWER_MARGIN
+        try:
+            await asyncio.wait_for(asyncio.shield(settling), max(left, 0.0))
+        except asyncio.TimeoutError:
+            self._settling.add(settling)
+            settling.add_done_callback(self._settling.discard)
+            logger.warning(
+                "%d task(s) committed, their publish outlasts the Commit's deadline: answered"
+                " the Commit, the publish goes on (else the sweeper publishes them)",
+                len(tasks),
+            )
+        return committed
+
+    async def _settle(
+        self, tasks: list[StagedTask], keys: list[Any], ticket: str, post: Post
+    ) -> None:
+        """Publish a committed transaction's tasks, then delete the staging of those published."""
+        datastore_pb = _datastore_pb()
         result = await asyncio.get_running_loop().run_in_executor(
             None, publish, self.backend, tasks
         )
@@ -267,14 +305,18 @@ class TransactionalAdds:
             )
         settled = {item.name for item in result.settled}
         done = [key for key in keys if key.path.element[-1].name in settled]
-        if done:
-            delete = datastore_pb.DeleteRequest()
-            for key in done:
-                delete.key.add().CopyFrom(key)
+        if not done:
+            return
+        delete = datastore_pb.DeleteRequest()
+        for key in done:
+            delete.key.add().CopyFrom(key)
+        try:
             gone = Response.FromString(await post(_request("Delete", delete, ticket)))
-            if gone.HasField("application_error") or gone.HasField("rpc_error"):
-                logger.warning("published, staging not deleted; the sweeper deletes it")
-        return committed
+        except Exception as exc:
+            logger.warning("published, staging not deleted (%s); the sweeper deletes it", exc)
+            return
+        if gone.HasField("application_error") or gone.HasField("rpc_error"):
+            logger.warning("published, staging not deleted; the sweeper deletes it")
 
 
 def _restaged(item: StagedTask, now: int) -> StagedTask:
