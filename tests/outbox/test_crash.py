@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -26,12 +28,16 @@ from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.dedupe import connect_registry
 from pullqueue.listen import free_port
 from pullqueue.outbox.layout import KIND
+from tests.bridge.test_go_sdk import APPENGINE_PACKAGE, GAE_ENV, GO_SOURCES, GOPATH_PACKAGES
 from tests.outbox.crash_worker import GRACE_SECONDS, LOCK_SECONDS
 from tests.support.datastore_server import APP_ID, DatastoreServer, ids_of
 from tests.support.emulators import shared_emulator_host
 
 ROOT = Path(__file__).resolve().parents[2]
 IDS = 400
+BRIDGE_IDS = 240
+"""Through the bridge each transaction takes twice the calls (two hops): fewer keep the run near
+a minute, with the apps still at work through every round."""
 APPS = 3
 ROUNDS = 15
 APP_SECONDS = 150
@@ -57,12 +63,41 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def dump_stacks(processes: list[subprocess.Popen[bytes]]) -> None:
-    """Have each live process write every thread's stack to its log (SIGUSR1: faulthandler)."""
-    for process in processes:
+def dump_stacks(
+    apps: list[subprocess.Popen[bytes]], others: list[subprocess.Popen[bytes]], go: bool
+) -> None:
+    """Have each live process write every thread's stack to its log: SIGUSR1 (faulthandler) for
+    the Python ones, SIGQUIT for a Go app (it prints its goroutines and exits)."""
+    for process in [*apps, *others]:
         if process.poll() is None:
-            process.send_signal(signal.SIGUSR1)
+            go_app = go and process in apps
+            process.send_signal(signal.SIGQUIT if go_app else signal.SIGUSR1)
     time.sleep(1.0)
+
+
+def build_go_app(tmp_path: Path) -> Path:
+    """tests/bridge/go/crashapp built against the Go SDK of the OS packages."""
+    go = shutil.which("go")
+    if go is None or not APPENGINE_PACKAGE.is_dir():
+        pytest.fail(
+            "the Go SDK crash test needs Go and google.golang.org/appengine from the OS packages:"
+            " apt-get install -y golang-go golang-google-appengine-dev"
+        )
+    env = {
+        **os.environ,
+        "GO111MODULE": "off",
+        "GOPATH": f"{tmp_path / 'gopath'}:{GOPATH_PACKAGES}",
+        # Go's build cache is safe to share: later runs skip rebuilding the SDK.
+        "GOCACHE": os.environ.get("GOCACHE")
+        or str(Path(tempfile.gettempdir()) / "pullqueue-gocache"),
+        "GOFLAGS": "",
+    }
+    binary = tmp_path / "crashapp"
+    subprocess.run(
+        [go, "build", "-o", str(binary), "."],
+        cwd=GO_SOURCES / "crashapp", env=env, check=True, timeout=300,
+    )  # fmt: skip
+    return binary
 
 
 class Datastore:
@@ -95,7 +130,7 @@ class Datastore:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("api", ["bundled-ndb", "cloud-ndb", "bridge-python-sdk"])
+@pytest.mark.parametrize("api", ["bundled-ndb", "cloud-ndb", "bridge-python-sdk", "bridge-go-sdk"])
 def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, api: str
 ) -> None:
@@ -108,6 +143,7 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
     server = DatastoreServer().start()
     store = Datastore(api, server, project)
     prefix = {"cloud-ndb": "cloud-", "bridge-python-sdk": "bridge-"}.get(api, "")
+    go_app = build_go_app(tmp_path) if api == "bridge-go-sdk" else None
     bridge_port = free_port()
     log = os.environ.get("CRASH_LOG") or str(tmp_path / "crash.log")
     env = {
@@ -123,9 +159,24 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
         "CRASH_LOG": log,
     }
 
-    bridged = api == "bridge-python-sdk"
+    bridged = api.startswith("bridge-")
+    ids = BRIDGE_IDS if bridged else IDS
     sweeper = "cloud-sweeper" if api == "cloud-ndb" else "sweeper"
     starters = {"sweeper": lambda: spawn(env, sweeper)}
+
+    def spawn_app(k: int) -> subprocess.Popen[bytes]:
+        """App k of APPS: it takes every APPS-th id from k + 1."""
+        span = (str(k + 1), str(APPS), str(ids + 1))
+        if go_app is None:
+            return spawn(env, f"{prefix}app", *span)
+        host, _, port = env["BRIDGE_HOST"].rpartition(":")
+        return subprocess.Popen(
+            [str(go_app), *span],
+            env={**env, **GAE_ENV, "GAE_APPLICATION": APP_ID, "API_HOST": host, "API_PORT": port},
+            stdout=subprocess.DEVNULL,
+            stderr=open(log, "ab"),
+        )
+
     if bridged:
         # The bridge publishes after each commit and sweeps every second itself; a sweeper
         # process sweeps the same outbox through the same upstream.
@@ -145,7 +196,7 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
                     others[name] = start()
             for k in range(APPS):
                 if k not in apps or apps[k].poll() is not None:
-                    apps[k] = spawn(env, f"{prefix}app", str(k + 1), str(APPS), str(IDS + 1))
+                    apps[k] = spawn_app(k)
             time.sleep(rng.uniform(0.2, 2.0))
             victim = rng.choice([*range(APPS), *starters])
             process = others[victim] if isinstance(victim, str) else apps[victim]
@@ -159,19 +210,19 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
         # The apps finish the ids left without being killed.
         for k in range(APPS):
             if apps[k].poll() is not None and apps[k].returncode != 0:
-                apps[k] = spawn(env, f"{prefix}app", str(k + 1), str(APPS), str(IDS + 1))
+                apps[k] = spawn_app(k)
         for k, process in apps.items():
             try:
                 code = process.wait(timeout=APP_SECONDS)
             except subprocess.TimeoutExpired:
-                dump_stacks([*apps.values(), *others.values()])
+                dump_stacks([*apps.values()], [*others.values()], go_app is not None)
                 pytest.fail(f"app {k} did not finish in {APP_SECONDS} s; stacks in {log}")
             assert code == 0, f"app {k} exited {code}; its output in {log}"
         for process in others.values():
             stop(process)  # the bridge, killed too: whatever it was publishing, the sweep does
         ran = time.monotonic() - began
         committed = store.ids("Order")
-        assert committed == {i for i in range(1, IDS + 1) if i % 5}, (
+        assert committed == {i for i in range(1, ids + 1) if i % 5}, (
             "every transaction committed once"
         )
         # The bound: a sweep after the grace period (and the lock of a sweeper killed holding a
