@@ -12,6 +12,7 @@ datastore messages: pip install 'pullqueue[bridge,appengine]'.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -41,6 +42,10 @@ _LEGACY_SIZE_OVERHEAD = 37
 _FORGET_SECONDS = 600.0
 """A transaction neither committed nor rolled back this long after its add is forgotten (a
 datastore transaction expires long before)."""
+_CONCURRENT_TRANSACTION = 2
+"""datastore_v3's Error.CONCURRENT_TRANSACTION: the SDKs run the transaction again."""
+_MAX_BEGUN = 100_000
+"""Transactions begun that are remembered (one ends, or expires upstream, long before)."""
 _ANSWER_MARGIN = 0.25
 """Seconds before the call's deadline a Commit is answered while its publish goes on."""
 _KEYED = frozenset(("Get", "Put", "Delete", "RunQuery"))
@@ -80,6 +85,9 @@ class TransactionalAdds:
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._groups: dict[tuple[str, int], tuple[str, Any, Any]] = {}
+        self._begun: dict[int, float] = {}
+        """Handles of the transactions begun through this bridge (BeginTransaction answered),
+        oldest first: a Commit of another handle may have lost its adds with an earlier bridge."""
         self._settling: set[asyncio.Future[None]] = set()
         """Publishes that outlasted their Commit's deadline, still running."""
         """First keyed call seen per transaction (method, request, response): its group."""
@@ -207,6 +215,15 @@ class TransactionalAdds:
         of a transaction with tasks; returns the Response body for the app. `deadline` (on the
         monotonic clock) is the call's: a publish still running then is left to finish on its
         own (or to the sweeper) and the Commit answered, since it has committed."""
+        if method == "BeginTransaction":
+            answer = await post(body)
+            handle = _begun_handle(answer)
+            if handle is not None:
+                with self._lock:
+                    self._begun[handle] = time.monotonic()
+                    while len(self._begun) > _MAX_BEGUN:
+                        del self._begun[next(iter(self._begun))]
+            return answer
         if method == "Commit" or method == "Rollback":
             try:
                 transaction = _datastore_pb().Transaction.FromString(request)
@@ -216,6 +233,19 @@ class TransactionalAdds:
             with self._lock:
                 pending = self._pending.pop(key, None)
                 group = self._groups.pop(key, None)
+                begun_here = self._begun.pop(transaction.handle, None) is not None
+            if method == "Commit" and not begun_here:
+                # Begun before this bridge started (a restart, or another bridge): its
+                # transactional adds, if any, were kept by a bridge that is gone. Committing
+                # would write the entities without their tasks, so the transaction is rolled
+                # back and the app told to run it again, as on contention.
+                with contextlib.suppress(Exception):
+                    await post(_request("Rollback", transaction, ticket))
+                raise ApplicationFailure(
+                    _CONCURRENT_TRANSACTION,
+                    "the transaction began before this bridge started (it restarted): the tasks"
+                    " it added may be lost, so it is rolled back; run it again",
+                )
             if pending is None or method == "Rollback":
                 return await post(body)
             return await self._commit(transaction, pending, group, ticket, body, post, deadline)
@@ -317,6 +347,17 @@ class TransactionalAdds:
             return
         if gone.HasField("application_error") or gone.HasField("rpc_error"):
             logger.warning("published, staging not deleted; the sweeper deletes it")
+
+
+def _begun_handle(answer: bytes) -> int | None:
+    """The handle of the transaction a BeginTransaction's answer carries, if it succeeded."""
+    try:
+        response = Response.FromString(answer)
+        if not response.HasField("response"):
+            return None
+        return int(_datastore_pb().Transaction.FromString(response.response).handle)
+    except Exception:
+        return None
 
 
 def _restaged(item: StagedTask, now: int) -> StagedTask:

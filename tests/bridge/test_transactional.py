@@ -205,6 +205,32 @@ def test_a_publish_outlasting_the_commits_deadline_goes_on_after_the_commit_is_a
     assert leased(backend) == [b"slow"]
 
 
+def test_a_transaction_begun_before_the_bridge_restarted_is_run_again_not_committed_taskless(
+    app: tuple[Flaky, DatastoreServer],
+) -> None:
+    """The adds of a transaction are kept by the bridge until its Commit: a Commit reaching a
+    bridge that did not see the transaction begin (the first was restarted) must not commit the
+    entity without its task. It is refused as contention, and ndb runs the transaction again."""
+    backend, server = app
+    attempts = 0
+    with running_bridge(backend, upstream=server.host) as restarted:
+
+        def place() -> None:
+            nonlocal attempts
+            attempts += 1
+            sdk_taskqueue.Queue("pulls").add(
+                sdk_taskqueue.Task(payload=b"once", method="PULL"), transactional=True
+            )
+            # The app's calls reach another bridge from here on (as after a restart).
+            os.environ["API_PORT"] = str(restarted.port)
+            Order(id=5, number=5).put()
+
+        ndb.transaction(place, retries=3)
+    assert attempts == 2
+    assert ids_of(server, "Order") == {5}
+    assert leased(backend) == [b"once"] and staged(server) == 0
+
+
 def test_without_upstream_a_transactional_add_is_refused_saying_to_give_it() -> None:
     backend = MemoryBackend()
     with running_bridge(backend) as bridge, sdk_through_bridge(bridge.port):

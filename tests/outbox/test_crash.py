@@ -244,7 +244,16 @@ def test_sigkill_anywhere_loses_no_committed_task_and_publishes_none_rolled_back
             f" sweep {swept.stdout.strip()}"
         )
         assert not {int(p) for p in delivered} - committed, "a rolled-back task was delivered"
-        assert {int(p) for p in delivered} == committed, "a committed task was lost"
+        missing = committed - {int(p) for p in delivered}
+        if missing:
+            # Tell a task the drain did not reach (a lease answered empty three times while it
+            # was there) from one that is not in the queue at all.
+            time.sleep(5)
+            later = drain(project, registry_url)
+            pytest.fail(
+                f"committed tasks not delivered: {sorted(missing)}; a second drain 5 s later"
+                f" delivered {sorted(int(p) for p in later)}; processes' output in {log}"
+            )
         twice = {p: n for p, n in delivered.items() if n > 1}
         assert not twice, f"delivered more than once: {twice}"
     finally:
