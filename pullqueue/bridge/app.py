@@ -269,7 +269,9 @@ class Bridge:
                 return answer.body
 
             outbox = self.service.outbox
-            return _answer(await outbox.forward(call.method, call.ticket, body, call.request, post))
+            return _answer(
+                await outbox.forward(call.method, call.ticket, body, call.request, post, deadline)
+            )
         return await self._post_upstream(request, call, body, deadline)
 
     async def _post_upstream(

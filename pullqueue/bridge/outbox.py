@@ -12,6 +12,7 @@ datastore messages: pip install 'pullqueue[bridge,appengine]'.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -41,6 +42,12 @@ _LEGACY_SIZE_OVERHEAD = 37
 _FORGET_SECONDS = 600.0
 """A transaction neither committed nor rolled back this long after its add is forgotten (a
 datastore transaction expires long before)."""
+_CONCURRENT_TRANSACTION = 2
+"""datastore_v3's Error.CONCURRENT_TRANSACTION: the SDKs run the transaction again."""
+_MAX_BEGUN = 100_000
+"""Transactions begun that are remembered (one ends, or expires upstream, long before)."""
+_ANSWER_MARGIN = 0.25
+"""Seconds before the call's deadline a Commit is answered while its publish goes on."""
 _KEYED = frozenset(("Get", "Put", "Delete", "RunQuery"))
 _BAD_REQUEST = 1
 """datastore_v3's Error.BAD_REQUEST: added to DATASTORE_ERROR, the stub's answer past 5 tasks."""
@@ -78,6 +85,11 @@ class TransactionalAdds:
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._groups: dict[tuple[str, int], tuple[str, Any, Any]] = {}
+        self._begun: dict[int, float] = {}
+        """Handles of the transactions begun through this bridge (BeginTransaction answered),
+        oldest first: a Commit of another handle may have lost its adds with an earlier bridge."""
+        self._settling: set[asyncio.Future[None]] = set()
+        """Publishes that outlasted their Commit's deadline, still running."""
         """First keyed call seen per transaction (method, request, response): its group."""
 
     # the taskqueue side
@@ -191,10 +203,27 @@ class TransactionalAdds:
     # the datastore side
 
     async def forward(
-        self, method: str, ticket: str, body: bytes, request: bytes, post: Post
+        self,
+        method: str,
+        ticket: str,
+        body: bytes,
+        request: bytes,
+        post: Post,
+        deadline: float | None = None,
     ) -> bytes:
         """Forward one datastore_v3 call upstream (post), staging and publishing around a Commit
-        of a transaction with tasks; returns the Response body for the app."""
+        of a transaction with tasks; returns the Response body for the app. `deadline` (on the
+        monotonic clock) is the call's: a publish still running then is left to finish on its
+        own (or to the sweeper) and the Commit answered, since it has committed."""
+        if method == "BeginTransaction":
+            answer = await post(body)
+            handle = _begun_handle(answer)
+            if handle is not None:
+                with self._lock:
+                    self._begun[handle] = time.monotonic()
+                    while len(self._begun) > _MAX_BEGUN:
+                        del self._begun[next(iter(self._begun))]
+            return answer
         if method == "Commit" or method == "Rollback":
             try:
                 transaction = _datastore_pb().Transaction.FromString(request)
@@ -204,9 +233,22 @@ class TransactionalAdds:
             with self._lock:
                 pending = self._pending.pop(key, None)
                 group = self._groups.pop(key, None)
+                begun_here = self._begun.pop(transaction.handle, None) is not None
+            if method == "Commit" and not begun_here:
+                # Begun before this bridge started (a restart, or another bridge): its
+                # transactional adds, if any, were kept by a bridge that is gone. Committing
+                # would write the entities without their tasks, so the transaction is rolled
+                # back and the app told to run it again, as on contention.
+                with contextlib.suppress(Exception):
+                    await post(_request("Rollback", transaction, ticket))
+                raise ApplicationFailure(
+                    _CONCURRENT_TRANSACTION,
+                    "the transaction began before this bridge started (it restarted): the tasks"
+                    " it added may be lost, so it is rolled back; run it again",
+                )
             if pending is None or method == "Rollback":
                 return await post(body)
-            return await self._commit(transaction, pending, group, ticket, body, post)
+            return await self._commit(transaction, pending, group, ticket, body, post, deadline)
         if method not in _KEYED:
             return await post(body)
         parsed = _parse_keyed(method, request)
@@ -228,6 +270,7 @@ class TransactionalAdds:
         ticket: str,
         body: bytes,
         post: Post,
+        deadline: float | None,
     ) -> bytes:
         from pullqueue.outbox.appengine import entity_pbs, root_of
 
@@ -255,6 +298,31 @@ class TransactionalAdds:
         if answer.HasField("application_error") or answer.HasField("rpc_error"):
             return committed
         keys = [entity.key for entity in put.entity]
+        settling = asyncio.ensure_future(self._settle(tasks, keys, ticket, post))
+        if deadline is None:
+            await settling
+            return committed
+        # The app's call has a deadline and its Commit is done: a publish that outlasts it (a
+        # slow Pub/Sub or registry) goes on here, and the staging stays for the sweeper if it
+        # fails, rather than the app seeing a committed transaction's Commit fail.
+        left = deadline - time.monotonic() - _ANSWER_MARGIN
+        try:
+            await asyncio.wait_for(asyncio.shield(settling), max(left, 0.0))
+        except asyncio.TimeoutError:
+            self._settling.add(settling)
+            settling.add_done_callback(self._settling.discard)
+            logger.warning(
+                "%d task(s) committed, their publish outlasts the Commit's deadline: answered"
+                " the Commit, the publish goes on (else the sweeper publishes them)",
+                len(tasks),
+            )
+        return committed
+
+    async def _settle(
+        self, tasks: list[StagedTask], keys: list[Any], ticket: str, post: Post
+    ) -> None:
+        """Publish a committed transaction's tasks, then delete the staging of those published."""
+        datastore_pb = _datastore_pb()
         result = await asyncio.get_running_loop().run_in_executor(
             None, publish, self.backend, tasks
         )
@@ -267,14 +335,29 @@ class TransactionalAdds:
             )
         settled = {item.name for item in result.settled}
         done = [key for key in keys if key.path.element[-1].name in settled]
-        if done:
-            delete = datastore_pb.DeleteRequest()
-            for key in done:
-                delete.key.add().CopyFrom(key)
+        if not done:
+            return
+        delete = datastore_pb.DeleteRequest()
+        for key in done:
+            delete.key.add().CopyFrom(key)
+        try:
             gone = Response.FromString(await post(_request("Delete", delete, ticket)))
-            if gone.HasField("application_error") or gone.HasField("rpc_error"):
-                logger.warning("published, staging not deleted; the sweeper deletes it")
-        return committed
+        except Exception as exc:
+            logger.warning("published, staging not deleted (%s); the sweeper deletes it", exc)
+            return
+        if gone.HasField("application_error") or gone.HasField("rpc_error"):
+            logger.warning("published, staging not deleted; the sweeper deletes it")
+
+
+def _begun_handle(answer: bytes) -> int | None:
+    """The handle of the transaction a BeginTransaction's answer carries, if it succeeded."""
+    try:
+        response = Response.FromString(answer)
+        if not response.HasField("response"):
+            return None
+        return int(_datastore_pb().Transaction.FromString(response.response).handle)
+    except Exception:
+        return None
 
 
 def _restaged(item: StagedTask, now: int) -> StagedTask:

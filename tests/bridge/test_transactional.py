@@ -9,6 +9,7 @@ publishes them when the upstream commits it.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,10 +36,13 @@ class Flaky(MemoryBackend):
     """memory://, whose adds fail while `failing` (a publish lost after the commit)."""
 
     failing = False
+    slow = 0.0
+    """Seconds each add takes (a Pub/Sub or registry slower than the app's call)."""
 
     def add(self, queue: str, tasks: Any) -> Any:
         if self.failing:
             raise TransientError("publish lost")
+        time.sleep(self.slow)
         return super().add(queue, tasks)
 
 
@@ -174,6 +178,57 @@ def test_a_publish_lost_after_the_commit_is_swept(app: tuple[Flaky, DatastoreSer
     )
     assert report.published == 1
     assert leased(backend) == [b"late"] and staged(server) == 0
+
+
+def test_a_publish_outlasting_the_commits_deadline_goes_on_after_the_commit_is_answered(
+    app: tuple[Flaky, DatastoreServer],
+) -> None:
+    """The Commit has committed: the app gets its answer within the call's deadline (not a
+    DeadlineExceededError it would retry the transaction on), and the publish finishes after."""
+    backend, server = app
+    backend.slow = 4.0
+
+    def place() -> None:
+        sdk_taskqueue.Queue("pulls").add(
+            sdk_taskqueue.Task(payload=b"slow", method="PULL"), transactional=True
+        )
+        Order(id=4, number=4).put()
+
+    began = time.monotonic()
+    ndb.transaction(place, deadline=1.0)
+    assert time.monotonic() - began < 3.0
+    assert ids_of(server, "Order") == {4}
+    ends = time.monotonic() + 15
+    while staged(server) and time.monotonic() < ends:
+        time.sleep(0.1)
+    assert staged(server) == 0, "published and its staging deleted once the add returned"
+    assert leased(backend) == [b"slow"]
+
+
+def test_a_transaction_begun_before_the_bridge_restarted_is_run_again_not_committed_taskless(
+    app: tuple[Flaky, DatastoreServer],
+) -> None:
+    """The adds of a transaction are kept by the bridge until its Commit: a Commit reaching a
+    bridge that did not see the transaction begin (the first was restarted) must not commit the
+    entity without its task. It is refused as contention, and ndb runs the transaction again."""
+    backend, server = app
+    attempts = 0
+    with running_bridge(backend, upstream=server.host) as restarted:
+
+        def place() -> None:
+            nonlocal attempts
+            attempts += 1
+            sdk_taskqueue.Queue("pulls").add(
+                sdk_taskqueue.Task(payload=b"once", method="PULL"), transactional=True
+            )
+            # The app's calls reach another bridge from here on (as after a restart).
+            os.environ["API_PORT"] = str(restarted.port)
+            Order(id=5, number=5).put()
+
+        ndb.transaction(place, retries=3)
+    assert attempts == 2
+    assert ids_of(server, "Order") == {5}
+    assert leased(backend) == [b"once"] and staged(server) == 0
 
 
 def test_without_upstream_a_transactional_add_is_refused_saying_to_give_it() -> None:

@@ -12,8 +12,10 @@ the queue is the process-wide backend (PULLQUEUE_URL, a registry).
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import random
+import signal
 import sys
 import time
 from typing import Any
@@ -29,6 +31,7 @@ from tests.support.datastore_server import APP_ID, use_datastore_at
 
 GRACE_SECONDS = 1.0
 LOCK_SECONDS = 2.0
+GIVE_UP_SECONDS = 60.0
 
 
 class Order(ndb.Model):
@@ -99,6 +102,67 @@ def cloud_app(start: int, step: int, stop: int) -> None:
     print("done", flush=True)
 
 
+def bridge_app(start: int, step: int, stop: int) -> None:
+    """The unmodified SDK (its own taskqueue module) with every call sent to the bridge at
+    BRIDGE_HOST, which a test kills and restarts: a failed call is retried on the same id, for
+    up to GIVE_UP_SECONDS without one success (then the process exits 1: no bridge came back)."""
+    from google.appengine.api import apiproxy_stub_map
+    from google.appengine.api import taskqueue as sdk_taskqueue
+    from google.appengine.runtime import default_api_stub
+
+    host, _, port = os.environ["BRIDGE_HOST"].rpartition(":")
+    os.environ.update(
+        API_HOST=host,
+        API_PORT=port,
+        APPLICATION_ID=APP_ID,
+        GAE_APPLICATION=APP_ID,
+        HTTP_X_APPENGINE_API_TICKET="crash-test",
+    )
+    default_api_stub.DefaultApiStub.SetUseRequestSecurityTicketForThread(True)
+    stub = default_api_stub.DefaultApiStub()
+    apiproxy_stub_map.apiproxy = apiproxy_stub_map.APIProxyStubMap()
+    for service in ("taskqueue", "datastore_v3"):
+        apiproxy_stub_map.apiproxy.RegisterStub(service, stub)
+    queue = sdk_taskqueue.Queue("crash")
+    for number in range(start, stop, step):
+        failing_since: float | None = None
+        while True:
+            # A fresh ndb context each try: one whose RPC failed keeps failing.
+            ndb.tasklets._state.clear_all_pending()
+            ndb.tasklets.set_context(None)
+            context = ndb.get_context()
+            context.set_cache_policy(False)
+            context.set_memcache_policy(False)
+            try:
+                if Order.get_by_id(number) is not None:
+                    break
+
+                def place(number: int = number) -> None:
+                    queue.add(
+                        sdk_taskqueue.Task(payload=b"%d" % number, method="PULL"),
+                        transactional=True,
+                    )
+                    Order(id=number, number=number).put()
+                    time.sleep(random.uniform(0, 0.01))
+                    if number % 5 == 0:
+                        raise db.Rollback()
+
+                ndb.transaction(place, retries=10)
+                if number % 5 == 0:
+                    break
+            except Exception as exc:
+                # The bridge is down (or was killed mid-call): try the id again while it
+                # restarts, but never forever.
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > GIVE_UP_SECONDS:
+                    print(
+                        f"id {number}: no bridge for {GIVE_UP_SECONDS} s: {exc!r}", file=sys.stderr
+                    )
+                    sys.exit(1)
+                time.sleep(0.2)
+    print("done", flush=True)
+
+
 class RolledBack(Exception):
     """Raised in a transaction to roll it back."""
 
@@ -117,7 +181,13 @@ def sweeper(cloud: bool) -> None:
 
 
 if __name__ == "__main__":
+    # The test sends SIGUSR1 to a process that outstays its time: every thread's stack to stderr.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     cloud = sys.argv[1].startswith("cloud-")
+    if sys.argv[1] == "bridge-app":
+        print("ready", flush=True)
+        bridge_app(*(int(arg) for arg in sys.argv[2:5]))
+        sys.exit(0)
     if not cloud:
         use_datastore_at(os.environ["DATASTORE_HOST"])
     print("ready", flush=True)
