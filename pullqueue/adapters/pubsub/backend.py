@@ -25,7 +25,7 @@ from pullqueue.adapters.pubsub.layout import QueueLayout
 from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
 from pullqueue.adapters.pubsub.provision import Provisioner, QueueTopology
 from pullqueue.adapters.pubsub.republish import Republisher
-from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PARALLEL_PULLS, PubSubRpc
+from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PARALLEL_PULLS, Pending, PubSubRpc
 from pullqueue.adapters.pubsub.wire import (
     Delivery,
     by_subscription,
@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 PUBLISH_REQUEST_BYTES = 9 * 2**20
 """Bytes of messages per publish request (Pub/Sub's limit is 10 MB)."""
+PUBLISH_WAVE_BYTES = 3 * PUBLISH_REQUEST_BYTES
+"""Bytes of messages an add has in flight at once (its publish requests run side by side)."""
 PUBLISH_TIME_RESOLUTION = 0.002
 """Seconds a purge waits after its cut so later tasks get a later publish time (ms precision)."""
 PULL_SHARE = 100
@@ -207,15 +209,30 @@ class PubSubBackend:
         by_topic: dict[str, list[int]] = defaultdict(list)
         for i in ready:
             by_topic[topology.topic_for(tasks[i].tag)].append(i)
-        for topic, chunk in (
+        requests = [
             (topic, chunk)
             for topic, indexes in by_topic.items()
             for chunk in self._chunks(tasks, indexes)
-        ):
+        ]
+
+        # Every topic's requests side by side, in waves of a few requests' bytes (each encoded
+        # in its thread): an add of small tasks over many tags is one round trip.
+        def publish(topic: str, chunk: list[int]) -> list[str]:
             messages = [encode(tasks[i], names[i], etas[i], now) for i in chunk]
-            try:
-                message_ids = self.rpc.publish(topic, messages, queue=queue)
-            except Error as exc:
+            return self.rpc.publish(topic, messages, queue=queue)
+
+        answers: list[list[str] | Error] = []
+        wave: list[tuple[str, list[int]]] = []
+        wave_bytes = 0
+        for n, (topic, chunk) in enumerate(requests):
+            wave.append((topic, chunk))
+            wave_bytes += sum(tasks[i].size + 1024 for i in chunk)
+            if n == len(requests) - 1 or wave_bytes >= PUBLISH_WAVE_BYTES:
+                answers += self.rpc.run_each([functools.partial(publish, *r) for r in wave])
+                wave, wave_bytes = [], 0
+        for (_topic, chunk), message_ids in zip(requests, answers, strict=True):
+            if isinstance(message_ids, Error):
+                exc = message_ids
                 claimed = [names[i] for i in chunk if tasks[i].name is not None]
                 if self.names is not None and claimed:
                     self.names.release(queue, claimed)
@@ -688,26 +705,38 @@ class PubSubBackend:
         """
         # The round's bytes are shared among the sources pulled side by side.
         share = self._pull_bytes() // len(sources)
-        results = self.rpc.run_each(
-            [
-                functools.partial(
-                    self._pull,
-                    queue,
-                    topology,
-                    source,
-                    max(1, min(size, self._fitting(source, share))),
-                    end,
-                    patient=patient,
-                    spread=spread,
-                )
-                for source in sources
-            ]
-        )
         held = self._hand(queue)
+        calls = [
+            functools.partial(
+                self._pull,
+                queue,
+                topology,
+                source,
+                max(1, min(size, self._fitting(source, share))),
+                end,
+                patient=patient,
+                spread=spread,
+            )
+            for source in sources
+        ]
+
+        def late(i: int, result: list[Delivery] | Error | None) -> None:
+            # A pull still running when the lease answered: what it brings is held for the
+            # next lease calls.
+            if isinstance(result, list):
+                held.hold(result)
+            elif result is None:
+                held.mark_empty(sources[i])
+
+        results: Sequence[list[Delivery] | Error | Pending | None] = (
+            self.rpc.run_until_useful(calls, bool, late) if spread else self.rpc.run_each(calls)
+        )
         found: list[Delivery] = []
         brought: list[str] = []
         failure: Error | None = None
         for source, result in zip(sources, results, strict=True):
+            if isinstance(result, Pending):
+                continue
             if isinstance(result, Error):
                 failure = failure or result
             elif result is None:
@@ -1149,16 +1178,37 @@ class PubSubBackend:
         failures: list[Error],
         deleted: list[str],
     ) -> None:
-        """Acknowledge leases per subscription, filling results, failures and deleted names."""
-        for source, locked in by_source.items():
-            locked.sort(key=lambda item: item[1].ack_id)  # one lock order for every thread
-            for _, lease in locked:
-                lease.lock.acquire()
-            try:
-                # Another thread may have deleted or released one while we waited for its lock.
-                current = self._book.holding([lease for _, lease in locked])
-                items = [(i, lease) for i, lease in locked if lease.ack_id in current]
-                stale = self.rpc.ack(source, [le.ack_id for _, le in items], queue=queue)
+        """Acknowledge leases, one call per subscription and all side by side (one round trip
+        on the service, not one per subscription), filling results, failures and deleted names.
+
+        Every lease is locked first, in one order for every thread, so a lease released or
+        deleted by another thread meanwhile is left out."""
+        locked = sorted(
+            ((i, lease) for items in by_source.values() for i, lease in items),
+            key=lambda item: item[1].ack_id,
+        )
+        for _, lease in locked:
+            lease.lock.acquire()
+        try:
+            current = self._book.holding([lease for _, lease in locked])
+            sources = [
+                (source, [(i, le) for i, le in items if le.ack_id in current])
+                for source, items in by_source.items()
+            ]
+            sources = [(source, items) for source, items in sources if items]
+            answers = self.rpc.run_each(
+                [
+                    functools.partial(
+                        self.rpc.ack, source, [le.ack_id for _, le in items], queue=queue
+                    )
+                    for source, items in sources
+                ]
+            )
+            unanswered: Error | None = None
+            for (_source, items), stale in zip(sources, answers, strict=True):
+                if isinstance(stale, Error):
+                    unanswered = unanswered or stale
+                    continue
                 acked = [le for _, le in items if le.ack_id not in stale]
                 self._book.remove_all(acked, deleted=True)
                 self._book.drop(le.delivery.message_id for le in acked)
@@ -1176,9 +1226,12 @@ class PubSubBackend:
                     else:
                         results[i] = True
                         deleted.append(lease.delivery.name)
-            finally:
-                for _, lease in locked:
-                    lease.lock.release()
+            if unanswered is not None:
+                # The other subscriptions' acks are counted above; this one's tasks stay leased.
+                raise unanswered
+        finally:
+            for _, lease in locked:
+                lease.lock.release()
 
     @staticmethod
     def _no_lease(queue: str, task: Task) -> TaskLeaseExpiredError:

@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 import grpc  # type: ignore[import-untyped]
@@ -54,6 +54,10 @@ empty answer here), so every second added is a second more on each pull that fin
 deadline grows with the answer's expected size rather than by a fixed floor, and a pull of small
 messages keeps its wait as deadline.
 """
+LATE_SHARE = 0.5
+"""Share of the time the first useful answer took that the other calls of a round get after it."""
+LATE_LEAST = 0.02
+"""Least seconds the other calls of a round get after the first useful answer."""
 ANSWER_TIME = (0.05, 1.0)
 """Least and most seconds a pull's answer is given to arrive in."""
 
@@ -74,6 +78,21 @@ _ACK_PB = pubsub_types.AcknowledgeRequest.pb()
 
 _RETRIABLE = (gexc.ServiceUnavailable,)
 """Retried inside a call: the connection failed, so the request did not take effect."""
+
+
+class Pending:
+    """The result of a call still running (see PubSubRpc.run_until_useful)."""
+
+
+PENDING = Pending()
+
+
+def _outcome(future: Future[Any]) -> Any:
+    """A finished call's result, or the Error it raised (other exceptions propagate)."""
+    failure = future.exception()
+    if isinstance(failure, Error):
+        return failure
+    return future.result()
 
 
 def emulator_host() -> str | None:
@@ -263,7 +282,12 @@ class PubSubRpc:
 
     def run_each(self, calls: Sequence[Callable[[], T]]) -> list[T | Error]:
         """Run the calls side by side (pulls of different subscriptions); each one's result, or
-        the Error it raised."""
+        the Error it raised (one call runs in the calling thread)."""
+        if len(calls) == 1:
+            try:
+                return [calls[0]()]
+            except Error as exc:
+                return [exc]
         futures = [self._pool().submit(call) for call in calls]
         results: list[T | Error] = []
         for future in futures:
@@ -271,6 +295,46 @@ class PubSubRpc:
                 results.append(future.result())
             except Error as exc:
                 results.append(exc)
+        return results
+
+    def run_until_useful(
+        self,
+        calls: Sequence[Callable[[], T]],
+        useful: Callable[[T], bool],
+        late: Callable[[int, Any], None],
+    ) -> list[T | Error | Pending]:
+        """Run the calls side by side until one's result is `useful`; then wait for the others
+        no longer than that one took (LATE_SHARE of it, at least LATE_LEAST s). Each one's
+        result or Error, PENDING for a call still running then: `late(index, outcome)` gets it
+        when it ends.
+
+        On Pub/Sub an empty pull is held until its deadline: a lease that has tasks to answer
+        with does not wait for the pulls of empty subscriptions beside them.
+        """
+        if len(calls) == 1:
+            return list(self.run_each(calls))
+        began = time.monotonic()
+        futures = [self._pool().submit(call) for call in calls]
+        index = {future: i for i, future in enumerate(futures)}
+        pending = set(futures)
+        until: float | None = None
+        while pending:
+            timeout = None if until is None else max(until - time.monotonic(), 0.0)
+            done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+            if not done:
+                break
+            if until is None and any(
+                future.exception() is None and useful(future.result()) for future in done
+            ):
+                took = time.monotonic() - began
+                until = time.monotonic() + max(took * LATE_SHARE, LATE_LEAST)
+        results: list[T | Error | Pending] = []
+        for future in futures:
+            if future in pending:
+                results.append(PENDING)
+                future.add_done_callback(lambda f: late(index[f], _outcome(f)))
+            else:
+                results.append(_outcome(future))
         return results
 
     def _pool(self) -> ThreadPoolExecutor:
