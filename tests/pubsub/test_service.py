@@ -149,9 +149,9 @@ def test_a_plain_lease_does_not_wait_for_an_empty_subscriptions_held_pull(
         assert leased
         queue.delete(leased)
     # A pull wait is a second (the empty subscriptions' pulls are held that long): a lease
-    # with tasks to give answers in a few round trips (half a second leaves room for a loaded
+    # with tasks to give answers in a few round trips (0.7 s leaves room for a loaded
     # machine).
-    assert sorted(times)[1] < 0.5, times
+    assert sorted(times)[1] < 0.7, times
 
 
 def empty_lease_within_bounds(

@@ -79,8 +79,6 @@ class Calls:
 
     def __init__(self) -> None:
         self._calls: list[Call] = []
-        self.began = time.monotonic()
-        """Calls begun before (pulls a lease left running) are not counted."""
 
     @property
     def count(self) -> int:
@@ -104,7 +102,7 @@ class Calls:
         return best
 
     def _add(self, call: Call) -> None:
-        self._calls.append(call)
+        self._calls.append(call)  # calls begun before the block (left running) are not here
 
 
 # -- filters -------------------------------------------------------------------------------
@@ -276,19 +274,25 @@ class RealisticPubSub:
 
     # -- per call ------------------------------------------------------------------------------
 
-    def _record(self, method: str, start: float) -> None:
+    def _watching(self) -> list[Calls]:
+        """The counting blocks open as a call begins: they count it, even when it ends after
+        they closed (a pull held to the client's deadline)."""
+        with self._lock:
+            return list(self._watchers)
+
+    def _record(self, method: str, start: float, watchers: list[Calls]) -> None:
         call = Call(method.rsplit("/", 1)[-1], start, time.monotonic())
         with self._lock:
             self.totals[call.method] += 1
-            for watcher in self._watchers:
-                if call.start >= watcher.began:
-                    watcher._add(call)
+            for watcher in watchers:
+                watcher._add(call)
 
     def _upstream(self, method: str) -> Callable[..., bytes]:
         return self._channel.unary_unary(method)  # type: ignore[no-any-return]
 
     def unary(self, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         start = time.monotonic()
+        watchers = self._watching()
         half = self.knobs.rtt / 2
         try:
             if half:
@@ -302,7 +306,7 @@ class RealisticPubSub:
                 context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed in transit")
             return answer
         finally:
-            self._record(method, start)
+            self._record(method, start, watchers)
 
     def _forward(self, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         remaining = context.time_remaining()
@@ -394,9 +398,9 @@ class RealisticPubSub:
                 answer.received_messages.extend(messages)
                 return answer.SerializeToString()  # type: ignore[no-any-return]
             remaining = context.time_remaining()
-            if not context.is_active() or (remaining is not None and remaining <= _POLL):
-                # Held to the deadline: the client gives up with DEADLINE_EXCEEDED.
-                time.sleep(max(remaining or 0, 0))
+            if not context.is_active() or (remaining is not None and remaining <= 2 * _POLL):
+                # Held to the deadline: DEADLINE_EXCEEDED, sent a moment before it (at the
+                # deadline itself gRPC's own cancel can reach the client first, as CANCELLED).
                 context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
             time.sleep(_POLL)
 
@@ -417,6 +421,7 @@ class RealisticPubSub:
     def stream(self, method: str, requests: Iterator[bytes], context: grpc.ServicerContext) -> Any:
         """StreamingPull passes through untouched but for the round trip's delay on each answer."""
         start = time.monotonic()
+        watchers = self._watching()
         remaining = context.time_remaining()
         call = self._channel.stream_stream(method)(
             requests, timeout=remaining, metadata=_metadata(context)
@@ -431,7 +436,7 @@ class RealisticPubSub:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 context.abort(exc.code(), exc.details() or "")
         finally:
-            self._record(method, start)
+            self._record(method, start, watchers)
 
 
 def _metadata(context: grpc.ServicerContext) -> list[tuple[str, str]]:
