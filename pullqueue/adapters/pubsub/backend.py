@@ -65,7 +65,7 @@ NEXT_PULL_WAIT = 0.25
 with (see _next_wait)."""
 NEXT_PULL_ROUNDS = 4
 """Times a recent answer's time a pull waits on an empty subscription once the call has tasks."""
-NEXT_PULL_LEAST = 0.05
+NEXT_PULL_LEAST = 0.15
 """Least seconds it waits then."""
 HELD_SHARE = 0.9
 """Share of the pull wait a round of empty pulls took when the server held them (Pub/Sub does)."""
