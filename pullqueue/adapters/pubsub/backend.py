@@ -26,7 +26,7 @@ from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
 from pullqueue.adapters.pubsub.pause import PauseMarks, paused_lease
 from pullqueue.adapters.pubsub.provision import Provisioner, QueueTopology
 from pullqueue.adapters.pubsub.republish import Republisher
-from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PARALLEL_PULLS, PubSubRpc
+from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PARALLEL_PULLS, Pending, PubSubRpc
 from pullqueue.adapters.pubsub.wire import (
     Delivery,
     by_subscription,
@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 
 PUBLISH_REQUEST_BYTES = 9 * 2**20
 """Bytes of messages per publish request (Pub/Sub's limit is 10 MB)."""
+PUBLISH_WAVE_BYTES = 3 * PUBLISH_REQUEST_BYTES
+"""Bytes of messages an add has in flight at once (its publish requests run side by side)."""
 PUBLISH_TIME_RESOLUTION = 0.002
 """Seconds a purge waits after its cut so later tasks get a later publish time (ms precision)."""
 PULL_SHARE = 100
@@ -60,7 +62,14 @@ LEASE_TOKEN_SLACK = 1e-6
 """Seconds a task's ETA may differ from its lease's end and still name that lease (datetimes
 carry microseconds, lease ends are floats)."""
 NEXT_PULL_WAIT = 0.25
-"""Seconds a pull waits on an empty subscription once the lease call has tasks to answer with."""
+"""Most seconds a pull waits on an empty subscription once the lease call has tasks to answer
+with (see _next_wait)."""
+NEXT_PULL_ROUNDS = 4
+"""Times a recent answer's time a pull waits on an empty subscription once the call has tasks."""
+NEXT_PULL_LEAST = 0.15
+"""Least seconds it waits then."""
+HELD_SHARE = 0.9
+"""Share of the pull wait a round of empty pulls took when the server held them (Pub/Sub does)."""
 CLAIMANT_WAIT = 5.0
 """Seconds a lease by oldest tag that finds only tasks other processes hold (their shards'
 claims) keeps looking before it answers []."""
@@ -136,6 +145,12 @@ class PubSubBackend:
         self._message_bytes: dict[str, int] = {}
         """Subscription -> the largest message of its last answer (or half the one before): the
         time a pull's answer is given to arrive follows it (rpc.answer_time)."""
+        self._in_flight: dict[str, int] = {}
+        """Subscription -> pulls a lease answered without (run_until_useful) still running."""
+        self._flight_lock = threading.Condition()
+        self._searched: dict[str, float] = {}
+        """Queue -> when (monotonic) a lease's probes last pulled every subscription of it
+        patiently and found nothing."""
         self._hands: dict[str, Hand] = {}
         """Queue -> this process's hand of it (pubsub/hand.py): its held tasks and their rules."""
         self._pauses = PauseMarks(
@@ -211,15 +226,30 @@ class PubSubBackend:
         by_topic: dict[str, list[int]] = defaultdict(list)
         for i in ready:
             by_topic[topology.topic_for(tasks[i].tag)].append(i)
-        for topic, chunk in (
+        requests = [
             (topic, chunk)
             for topic, indexes in by_topic.items()
             for chunk in self._chunks(tasks, indexes)
-        ):
+        ]
+
+        # Every topic's requests side by side, in waves of a few requests' bytes (each encoded
+        # in its thread): an add of small tasks over many tags is one round trip.
+        def publish(topic: str, chunk: list[int]) -> list[str]:
             messages = [encode(tasks[i], names[i], etas[i], now) for i in chunk]
-            try:
-                message_ids = self.rpc.publish(topic, messages, queue=queue)
-            except Error as exc:
+            return self.rpc.publish(topic, messages, queue=queue)
+
+        answers: list[list[str] | Error] = []
+        wave: list[tuple[str, list[int]]] = []
+        wave_bytes = 0
+        for n, (topic, chunk) in enumerate(requests):
+            wave.append((topic, chunk))
+            wave_bytes += sum(tasks[i].size + 1024 for i in chunk)
+            if n == len(requests) - 1 or wave_bytes >= PUBLISH_WAVE_BYTES:
+                answers += self.rpc.run_each([functools.partial(publish, *r) for r in wave])
+                wave, wave_bytes = [], 0
+        for (_topic, chunk), message_ids in zip(requests, answers, strict=True):
+            if isinstance(message_ids, Error):
+                exc = message_ids
                 claimed = [names[i] for i in chunk if tasks[i].name is not None]
                 if self.names is not None and claimed:
                     self.names.release(queue, claimed)
@@ -332,12 +362,20 @@ class PubSubBackend:
         if hand.found_nothing_since(began, every_task=False):
             return []
         until = min(time.monotonic() + self.settings.pubsub_pull_wait, end)
+        if queue in self._searched:
+            # Empty pulls are held (a look found nothing after the whole pull wait): a look
+            # now waits in the server for tasks, rather than here until the marks expire.
+            hand.forget_empty(topology.sources)
         while True:
             looked = time.monotonic()
             last = looked + EMPTY_POLL >= until
             picked = self._collect_oldest_group(queue, topology, max_tasks, end, last_look=last)
             if picked:
                 return picked
+            if self._searched.get(queue, -math.inf) >= looked:
+                # The look pulled every subscription for the whole pull wait (Pub/Sub holds an
+                # empty pull that long) and found nothing: it was the last look.
+                last = True
             if last:
                 hand.found_nothing(looked, every_task=False)
                 return picked
@@ -380,12 +418,26 @@ class PubSubBackend:
         # More may be in the sources that brought any: a pull often brings fewer than asked
         # (the emulator at most 100), or only tasks it may not hand out (ETA ahead, a copy).
         picked += found
+        # Then rounds side by side of those that brought any (their pulls wait _next_wait on
+        # an empty one): one after another they would cost that wait each.
+        while more and len(picked) < max_tasks and time.monotonic() < end:
+            share = math.ceil((max_tasks - len(picked)) / len(more))
+            try:
+                found, more = self._pull_each(
+                    queue, topology, more, share, end, patient=False, spread=True, cut=False
+                )
+            except Error:
+                hand.hold(picked)
+                raise
+            picked += found
+            if not found:
+                break
+        # What pulls left running brought meanwhile.
+        picked += hand.take(None, max(max_tasks - len(picked), 0))
         if len(picked) > max_tasks:
             picked.sort(key=_age)
             hand.hold(picked[max_tasks:])
             return picked[:max_tasks]
-        if more and len(picked) < max_tasks:
-            return self._collect(queue, topology, more, max_tasks, end, None, picked)
         return picked
 
     def _rotate(self, topology: QueueTopology) -> list[str]:
@@ -417,6 +469,19 @@ class PubSubBackend:
         picked += hand.take(wanted, max_tasks - len(picked))
         active = list(sources)
         try:
+            if not picked and len(active) > 1 and wanted is not None:
+                # Nothing in hand: every source at once, so a tag with no task waiting costs
+                # one pull wait (Pub/Sub holds each empty pull that long), not one per source.
+                # As below: the rest of what a pull brings fills the hand for the next calls.
+                size = min(max_tasks + hand.room(), 1000)
+                found, active = self._pull_each(queue, topology, active, size, end, patient=True)
+                others: list[Delivery] = []
+                for delivery in found:
+                    if len(picked) < max_tasks and wanted(delivery):
+                        picked.append(delivery)
+                    else:
+                        others.append(delivery)
+                hand.hold(others)
             while len(picked) < max_tasks and active and time.monotonic() < end:
                 source = active[0]
                 want = max_tasks - len(picked)
@@ -639,6 +704,16 @@ class PubSubBackend:
             raise
         return found, False
 
+    def _next_wait(self) -> float:
+        """Seconds a pull waits on an empty subscription once the lease call has tasks:
+        NEXT_PULL_WAIT, or less where pulls that bring messages answer quickly (NEXT_PULL_ROUNDS
+        of their time, at least NEXT_PULL_LEAST). Pub/Sub holds an empty pull to its deadline:
+        a subscription drained to empty costs this much each time."""
+        answered = self.rpc.answer_seconds
+        if answered is None:
+            return NEXT_PULL_WAIT
+        return min(NEXT_PULL_WAIT, max(answered * NEXT_PULL_ROUNDS, NEXT_PULL_LEAST))
+
     def _pull_bytes(self) -> int:
         """Most bytes one round of pulls asks for (pubsub_pull_bytes, within a hand's worth)."""
         return min(self.settings.pubsub_pull_bytes, self.settings.pubsub_hold_bytes)
@@ -681,7 +756,19 @@ class PubSubBackend:
             sources = [s for s in sources if s not in shards or s in mine]
         if not sources:
             return []
+        began = time.monotonic()
         found, _ = self._pull_each(queue, topology, sources, PROBE_SIZE, end, patient=not hand)
+        held_for = time.monotonic() - began
+        if (
+            not hand
+            and not found
+            and len(sources) == len(topology.sources)
+            and held_for >= HELD_SHARE * self.settings.pubsub_pull_wait
+            and self.rpc.holds_empty_pulls
+        ):
+            # Every subscription pulled and held the whole pull wait (as Pub/Sub holds an empty
+            # pull; the emulator answers at once): none had a task.
+            self._searched[queue] = began
         return found
 
     def _pull_each(
@@ -694,6 +781,7 @@ class PubSubBackend:
         *,
         patient: bool,
         spread: bool = False,
+        cut: bool = True,
     ) -> tuple[list[Delivery], list[str]]:
         """Pull up to `size` from each source, side by side (an empty queue answers after one
         pull wait, not one per source): what came, and the sources that brought any.
@@ -701,28 +789,67 @@ class PubSubBackend:
         A source that brought nothing is not asked again for EMPTY_RECHECK seconds. When a pull
         fails, what the others brought is held and the first failure raised.
         """
+        if spread:
+            # A pull an earlier lease left running brings its tasks to the hand: not again (a
+            # second answer would share the link with it); when every source has one, wait
+            # for one to end.
+            with self._flight_lock:
+                self._flight_lock.wait_for(
+                    lambda: any(s not in self._in_flight for s in sources),
+                    timeout=max(end - time.monotonic(), 0.0),
+                )
+                sources = [s for s in sources if s not in self._in_flight] or sources
+        with self._flight_lock:
+            # Answers still coming share the link with this round's.
+            beside = len(sources) + sum(self._in_flight.values())
         # The round's bytes are shared among the sources pulled side by side.
         share = self._pull_bytes() // len(sources)
-        results = self.rpc.run_each(
-            [
-                functools.partial(
-                    self._pull,
-                    queue,
-                    topology,
-                    source,
-                    max(1, min(size, self._fitting(source, share))),
-                    end,
-                    patient=patient,
-                    spread=spread,
-                )
-                for source in sources
-            ]
-        )
         held = self._hand(queue)
+        calls = [
+            functools.partial(
+                self._pull,
+                queue,
+                topology,
+                source,
+                max(1, min(size, self._fitting(source, share))),
+                end,
+                patient=patient,
+                spread=spread,
+                beside=beside,
+            )
+            for source in sources
+        ]
+
+        def flying(i: int) -> None:
+            with self._flight_lock:
+                self._in_flight[sources[i]] = self._in_flight.get(sources[i], 0) + 1
+
+        def late(i: int, result: list[Delivery] | Error | None) -> None:
+            # A pull still running when the lease answered: what it brings is held for the
+            # next lease calls.
+            try:
+                if isinstance(result, list):
+                    held.hold(result)
+                elif result is None:
+                    held.mark_empty(sources[i])
+            finally:
+                with self._flight_lock:
+                    self._in_flight[sources[i]] -= 1
+                    if not self._in_flight[sources[i]]:
+                        del self._in_flight[sources[i]]
+                    self._flight_lock.notify_all()
+
+        results: Sequence[list[Delivery] | Error | Pending | None] = (
+            self.rpc.run_until_useful(calls, bool, late, pending_hook=flying)
+            if spread and cut
+            else self.rpc.run_each(calls)
+        )
         found: list[Delivery] = []
         brought: list[str] = []
         failure: Error | None = None
         for source, result in zip(sources, results, strict=True):
+            if isinstance(result, Pending):
+                continue
             if isinstance(result, Error):
                 failure = failure or result
             elif result is None:
@@ -745,16 +872,18 @@ class PubSubBackend:
         *,
         patient: bool,
         spread: bool = False,
+        beside: int = 1,
     ) -> list[Delivery] | None:
         """Pull up to max_messages, sorted out: the available deliveries; None if none came.
 
         A patient pull (nothing to answer with yet) waits up to pubsub_pull_wait for messages;
-        `spread` splits a big pull into a few running side by side. Copies this subscription
+        `spread` splits a big pull into a few running side by side; `beside` is the number of
+        subscriptions pulled side by side with this one. Copies this subscription
         should not serve (an emulator ignoring filters) are acked away; tasks whose ETA is
         ahead are hidden until then with their ack deadline.
         """
         remaining = end - time.monotonic()
-        wait = self.settings.pubsub_pull_wait if patient else NEXT_PULL_WAIT
+        wait = self.settings.pubsub_pull_wait if patient else self._next_wait()
         # One round of pulls brings at most pubsub_pull_bytes (and a hand's worth), by the size
         # estimate: the answer is in memory about three times over (received, parsed, copied).
         fits = self._fitting(source, self._pull_bytes())
@@ -772,7 +901,9 @@ class PubSubBackend:
             queue=queue,
             wait=max(min(wait, remaining), 0.05),
             budget=max(remaining, 0.05),
-            message_bytes=known or SIZE_GUESS,
+            # The answers of pulls side by side share the link: each is given the time of them
+            # all to arrive (a subscription's first pull asks for one message).
+            message_bytes=known * beside if known is not None else SIZE_GUESS,
         )
         received = [item for result in results for item in result]
         if not received:
@@ -903,12 +1034,18 @@ class PubSubBackend:
             else:
                 by_source[delivery.subscription].append(delivery.ack_id)
         stale: set[str] = set()
-        try:
-            for source, ack_ids in by_source.items():
-                stale |= self.rpc.modify(source, ack_ids, seconds, queue=queue)
-        except Error:
-            self._hand(queue).hold(picked)
-            raise
+        # Every subscription's deadlines side by side: one round trip, not one per subscription.
+        answers = self.rpc.run_each(
+            [
+                functools.partial(self.rpc.modify, source, ack_ids, seconds, queue=queue)
+                for source, ack_ids in by_source.items()
+            ]
+        )
+        for answer in answers:
+            if isinstance(answer, Error):
+                self._hand(queue).hold(picked)
+                raise answer
+            stale |= answer
         leases = []
         for delivery in picked:
             end = as_pulled.get(delivery.ack_id)
@@ -1164,16 +1301,37 @@ class PubSubBackend:
         failures: list[Error],
         deleted: list[str],
     ) -> None:
-        """Acknowledge leases per subscription, filling results, failures and deleted names."""
-        for source, locked in by_source.items():
-            locked.sort(key=lambda item: item[1].ack_id)  # one lock order for every thread
-            for _, lease in locked:
-                lease.lock.acquire()
-            try:
-                # Another thread may have deleted or released one while we waited for its lock.
-                current = self._book.holding([lease for _, lease in locked])
-                items = [(i, lease) for i, lease in locked if lease.ack_id in current]
-                stale = self.rpc.ack(source, [le.ack_id for _, le in items], queue=queue)
+        """Acknowledge leases, one call per subscription and all side by side (one round trip
+        on the service, not one per subscription), filling results, failures and deleted names.
+
+        Every lease is locked first, in one order for every thread, so a lease released or
+        deleted by another thread meanwhile is left out."""
+        locked = sorted(
+            ((i, lease) for items in by_source.values() for i, lease in items),
+            key=lambda item: item[1].ack_id,
+        )
+        for _, lease in locked:
+            lease.lock.acquire()
+        try:
+            current = self._book.holding([lease for _, lease in locked])
+            sources = [
+                (source, [(i, le) for i, le in items if le.ack_id in current])
+                for source, items in by_source.items()
+            ]
+            sources = [(source, items) for source, items in sources if items]
+            answers = self.rpc.run_each(
+                [
+                    functools.partial(
+                        self.rpc.ack, source, [le.ack_id for _, le in items], queue=queue
+                    )
+                    for source, items in sources
+                ]
+            )
+            unanswered: Error | None = None
+            for (_source, items), stale in zip(sources, answers, strict=True):
+                if isinstance(stale, Error):
+                    unanswered = unanswered or stale
+                    continue
                 acked = [le for _, le in items if le.ack_id not in stale]
                 self._book.remove_all(acked, deleted=True)
                 self._book.drop(le.delivery.message_id for le in acked)
@@ -1191,9 +1349,12 @@ class PubSubBackend:
                     else:
                         results[i] = True
                         deleted.append(lease.delivery.name)
-            finally:
-                for _, lease in locked:
-                    lease.lock.release()
+            if unanswered is not None:
+                # The other subscriptions' acks are counted above; this one's tasks stay leased.
+                raise unanswered
+        finally:
+            for _, lease in locked:
+                lease.lock.release()
 
     @staticmethod
     def _no_lease(queue: str, task: Task) -> TaskLeaseExpiredError:
@@ -1290,6 +1451,9 @@ class PubSubBackend:
             return
         self._closed = True
         self._keeper.stop()
+        # Pulls a lease left running bring their tasks to the hand: wait for them (each ends
+        # within its pull wait), so what they bring is given back below.
+        self.rpc.finish_pulls()
         leases = self._book.take_everything()
         held = {queue: hand.close() for queue, hand in self._hands.items()}
         now = time.time()
