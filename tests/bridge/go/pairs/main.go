@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -25,10 +24,11 @@ func main() {
 	flag.Parse()
 	ctx := appengine.BackgroundContext()
 
-	var leaseMs, deleteMs []float64
+	var leaseMs, deleteMs, began, ended []float64
+	var failures []string
 	leased := 0
 	for i := 0; i < *n; i++ {
-		began := time.Now()
+		start := time.Now()
 		var tasks []*taskqueue.Task
 		var err error
 		switch *mode {
@@ -41,22 +41,26 @@ func main() {
 			tasks, err = taskqueue.LeaseByTag(ctx, *max, *queue, 60, "")
 		}
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "lease:", err)
-			os.Exit(1)
+			failures = append(failures, "lease: "+err.Error())
+			continue
 		}
 		between := time.Now()
 		if len(tasks) > 0 {
 			if err := taskqueue.DeleteMulti(ctx, tasks, *queue); err != nil {
-				fmt.Fprintln(os.Stderr, "DeleteMulti:", err)
-				os.Exit(1)
+				failures = append(failures, "DeleteMulti: "+err.Error())
+				continue
 			}
 		}
-		leaseMs = append(leaseMs, float64(between.Sub(began).Microseconds())/1000)
-		deleteMs = append(deleteMs, float64(time.Since(between).Microseconds())/1000)
+		end := time.Now()
+		leaseMs = append(leaseMs, float64(between.Sub(start).Microseconds())/1000)
+		deleteMs = append(deleteMs, float64(end.Sub(between).Microseconds())/1000)
+		began = append(began, float64(start.UnixNano())/1e9)
+		ended = append(ended, float64(end.UnixNano())/1e9)
 		leased += len(tasks)
 	}
 	out, _ := json.Marshal(map[string]interface{}{
-		"lease_ms": leaseMs, "delete_ms": deleteMs, "leased": leased,
+		"lease_ms": leaseMs, "delete_ms": deleteMs, "leased": leased, "began": began, "ended": ended,
+		"failures": failures,
 	})
 	fmt.Println(string(out))
 }
