@@ -109,7 +109,8 @@ def test_a_delete_over_many_subscriptions_is_one_round(
     with layer.counting() as calls:
         queue.delete(leased)
     assert calls.by_method()["Acknowledge"] >= 4, calls.by_method()
-    assert calls.rounds() == 1, calls.by_method()
+    # (a pull the lease left running may end meanwhile)
+    assert calls.rounds("Acknowledge") == 1, calls.by_method()
 
 
 def test_an_add_over_many_tags_is_one_round(layer: RealisticPubSub, backend: PubSubBackend) -> None:
@@ -130,7 +131,6 @@ def test_modify_lease_is_one_round(layer: RealisticPubSub, backend: PubSubBacken
     assert (calls.rounds(), calls.count) == (1, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="not yet")
 def test_a_plain_lease_does_not_wait_for_an_empty_subscriptions_held_pull(
     layer: RealisticPubSub, backend: PubSubBackend
 ) -> None:
@@ -150,22 +150,50 @@ def test_a_plain_lease_does_not_wait_for_an_empty_subscriptions_held_pull(
     assert sorted(times)[1] < 0.3, times
 
 
-@pytest.mark.xfail(strict=True, reason="not yet")
-def test_an_empty_lease_is_bounded(layer: RealisticPubSub, backend: PubSubBackend) -> None:
+def empty_lease_within_bounds(
+    layer: RealisticPubSub, backend: PubSubBackend, **kwargs: bool
+) -> None:
     queue = Queue("empty", backend)
     queue.stats()
     wait = backend.settings.pubsub_pull_wait
-    for kwargs in ({}, {"group_by_tag": True}):
-        queue.lease(60, 100, **kwargs)
-        with layer.counting() as calls:
-            began = time.monotonic()
-            assert queue.lease(60, 100, **kwargs) == []
-            took = time.monotonic() - began
-        assert calls.count <= 20, (kwargs, calls.by_method())
-        assert took <= wait + 2 * RTT + 0.25, (kwargs, took)
+    queue.lease(60, 100, **kwargs)
+    with layer.counting() as calls:
+        began = time.monotonic()
+        assert queue.lease(60, 100, **kwargs) == []
+        took = time.monotonic() - began
+    assert calls.count <= 20, calls.by_method()
+    assert took <= wait + 2 * RTT + 0.25, took
 
 
-@pytest.mark.xfail(strict=True, reason="not yet")
+def test_an_empty_lease_is_bounded(layer: RealisticPubSub, backend: PubSubBackend) -> None:
+    empty_lease_within_bounds(layer, backend)
+
+
+def test_an_empty_lease_by_a_named_tag_is_one_pull_wait(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """The tag's shard and the worker subscription are pulled side by side, not in turn."""
+    queue = Queue("named-empty", backend)
+    queue.add(tagged(20, 5))
+    queue.delete(queue.lease(60, 100))
+    queue.lease(60, 100, tag="absent", group_by_tag=True)
+    began = time.monotonic()
+    assert queue.lease(60, 100, tag="absent", group_by_tag=True) == []
+    took = time.monotonic() - began
+    assert took <= backend.settings.pubsub_pull_wait + 2 * RTT + 0.25, took
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="with partial pulls of the claims subscription some shard tokens stay out of sight,"
+    " and the lease waits up to CLAIMANT_WAIT for another process it takes to hold them",
+)
+def test_an_empty_lease_by_oldest_tag_is_bounded(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    empty_lease_within_bounds(layer, backend, group_by_tag=True)
+
+
 def test_the_first_lease_of_a_process_takes_few_rounds(
     layer: RealisticPubSub, backend: PubSubBackend
 ) -> None:

@@ -87,10 +87,12 @@ class Calls:
     def by_method(self) -> Counter[str]:
         return Counter(call.method for call in self._calls)
 
-    def rounds(self) -> int:
-        """Round trips one after another: the longest chain of calls each begun after the
-        previous one answered (calls made side by side are one round)."""
-        ordered = sorted(self._calls, key=lambda c: c.end)
+    def rounds(self, *methods: str) -> int:
+        """Round trips one after another: the longest chain of calls (of `methods`, when
+        given) each begun after the previous one answered (calls side by side are one round)."""
+        ordered = sorted(
+            (c for c in self._calls if not methods or c.method in methods), key=lambda c: c.end
+        )
         ends: list[tuple[float, int]] = []  # (end, chain length) in end order
         best = 0
         for call in ordered:

@@ -61,7 +61,16 @@ LEASE_TOKEN_SLACK = 1e-6
 """Seconds a task's ETA may differ from its lease's end and still name that lease (datetimes
 carry microseconds, lease ends are floats)."""
 NEXT_PULL_WAIT = 0.25
-"""Seconds a pull waits on an empty subscription once the lease call has tasks to answer with."""
+"""Most seconds a pull waits on an empty subscription once the lease call has tasks to answer
+with (see _next_wait)."""
+NEXT_PULL_ROUNDS = 4
+"""Times a recent answer's time a pull waits on an empty subscription once the call has tasks."""
+NEXT_PULL_LEAST = 0.05
+"""Least seconds it waits then."""
+MORE_PATIENCE = 0.05
+"""Least seconds a plain lease waits for a useful answer in a round after its first."""
+HELD_SHARE = 0.9
+"""Share of the pull wait a round of empty pulls took when the server held them (Pub/Sub does)."""
 CLAIMANT_WAIT = 5.0
 """Seconds a lease by oldest tag that finds only tasks other processes hold (their shards'
 claims) keeps looking before it answers []."""
@@ -137,6 +146,12 @@ class PubSubBackend:
         self._message_bytes: dict[str, int] = {}
         """Subscription -> the largest message of its last answer (or half the one before): the
         time a pull's answer is given to arrive follows it (rpc.answer_time)."""
+        self._in_flight: dict[str, int] = {}
+        """Subscription -> pulls a lease answered without (run_until_useful) still running."""
+        self._flight_lock = threading.Condition()
+        self._searched: dict[str, float] = {}
+        """Queue -> when (monotonic) a lease's probes last pulled every subscription of it
+        patiently and found nothing."""
         self._hands: dict[str, Hand] = {}
         """Queue -> this process's hand of it (pubsub/hand.py): its held tasks and their rules."""
         self._closed = False
@@ -334,12 +349,20 @@ class PubSubBackend:
         if hand.found_nothing_since(began, every_task=False):
             return []
         until = min(time.monotonic() + self.settings.pubsub_pull_wait, end)
+        if queue in self._searched:
+            # Empty pulls are held (a look found nothing after the whole pull wait): a look
+            # now waits in the server for tasks, rather than here until the marks expire.
+            hand.forget_empty(topology.sources)
         while True:
             looked = time.monotonic()
             last = looked + EMPTY_POLL >= until
             picked = self._collect_oldest_group(queue, topology, max_tasks, end, last_look=last)
             if picked:
                 return picked
+            if self._searched.get(queue, -math.inf) >= looked:
+                # The look pulled every subscription for the whole pull wait (Pub/Sub holds an
+                # empty pull that long) and found nothing: it was the last look.
+                last = True
             if last:
                 hand.found_nothing(looked, every_task=False)
                 return picked
@@ -372,6 +395,7 @@ class PubSubBackend:
             return picked
         live = self._rotate(topology)
         share = math.ceil((max_tasks - len(picked)) / len(live))
+        began = time.monotonic()
         try:
             found, more = self._pull_each(
                 queue, topology, live, share, end, patient=not picked, spread=True
@@ -382,12 +406,28 @@ class PubSubBackend:
         # More may be in the sources that brought any: a pull often brings fewer than asked
         # (the emulator at most 100), or only tasks it may not hand out (ETA ahead, a copy).
         picked += found
+        # Then rounds side by side of those that brought any, each waited for about as long
+        # as the first took: an empty subscription's pull is held to its deadline on Pub/Sub,
+        # and one after another they would cost a pull's wait each.
+        patience = max(2 * (time.monotonic() - began), MORE_PATIENCE)
+        while more and len(picked) < max_tasks and time.monotonic() < end:
+            share = math.ceil((max_tasks - len(picked)) / len(more))
+            try:
+                found, more = self._pull_each(
+                    queue, topology, more, share, end, patient=False, spread=True, give_up=patience
+                )
+            except Error:
+                hand.hold(picked)
+                raise
+            picked += found
+            if not found:
+                break
+        # What pulls left running brought meanwhile.
+        picked += hand.take(None, max(max_tasks - len(picked), 0))
         if len(picked) > max_tasks:
             picked.sort(key=_age)
             hand.hold(picked[max_tasks:])
             return picked[:max_tasks]
-        if more and len(picked) < max_tasks:
-            return self._collect(queue, topology, more, max_tasks, end, None, picked)
         return picked
 
     def _rotate(self, topology: QueueTopology) -> list[str]:
@@ -419,6 +459,19 @@ class PubSubBackend:
         picked += hand.take(wanted, max_tasks - len(picked))
         active = list(sources)
         try:
+            if not picked and len(active) > 1 and wanted is not None:
+                # Nothing in hand: every source at once, so a tag with no task waiting costs
+                # one pull wait (Pub/Sub holds each empty pull that long), not one per source.
+                # As below: the rest of what a pull brings fills the hand for the next calls.
+                size = min(max_tasks + hand.room(), 1000)
+                found, active = self._pull_each(queue, topology, active, size, end, patient=True)
+                others: list[Delivery] = []
+                for delivery in found:
+                    if len(picked) < max_tasks and wanted(delivery):
+                        picked.append(delivery)
+                    else:
+                        others.append(delivery)
+                hand.hold(others)
             while len(picked) < max_tasks and active and time.monotonic() < end:
                 source = active[0]
                 want = max_tasks - len(picked)
@@ -641,6 +694,16 @@ class PubSubBackend:
             raise
         return found, False
 
+    def _next_wait(self) -> float:
+        """Seconds a pull waits on an empty subscription once the lease call has tasks:
+        NEXT_PULL_WAIT, or less where pulls that bring messages answer quickly (NEXT_PULL_ROUNDS
+        of their time, at least NEXT_PULL_LEAST). Pub/Sub holds an empty pull to its deadline:
+        a subscription drained to empty costs this much each time."""
+        answered = self.rpc.answer_seconds
+        if answered is None:
+            return NEXT_PULL_WAIT
+        return min(NEXT_PULL_WAIT, max(answered * NEXT_PULL_ROUNDS, NEXT_PULL_LEAST))
+
     def _pull_bytes(self) -> int:
         """Most bytes one round of pulls asks for (pubsub_pull_bytes, within a hand's worth)."""
         return min(self.settings.pubsub_pull_bytes, self.settings.pubsub_hold_bytes)
@@ -683,7 +746,19 @@ class PubSubBackend:
             sources = [s for s in sources if s not in shards or s in mine]
         if not sources:
             return []
+        began = time.monotonic()
         found, _ = self._pull_each(queue, topology, sources, PROBE_SIZE, end, patient=not hand)
+        held_for = time.monotonic() - began
+        if (
+            not hand
+            and not found
+            and len(sources) == len(topology.sources)
+            and held_for >= HELD_SHARE * self.settings.pubsub_pull_wait
+            and self.rpc.holds_empty_pulls
+        ):
+            # Every subscription pulled and held the whole pull wait (as Pub/Sub holds an empty
+            # pull; the emulator answers at once): none had a task.
+            self._searched[queue] = began
         return found
 
     def _pull_each(
@@ -696,6 +771,7 @@ class PubSubBackend:
         *,
         patient: bool,
         spread: bool = False,
+        give_up: float | None = None,
     ) -> tuple[list[Delivery], list[str]]:
         """Pull up to `size` from each source, side by side (an empty queue answers after one
         pull wait, not one per source): what came, and the sources that brought any.
@@ -703,6 +779,19 @@ class PubSubBackend:
         A source that brought nothing is not asked again for EMPTY_RECHECK seconds. When a pull
         fails, what the others brought is held and the first failure raised.
         """
+        if spread:
+            # A pull an earlier lease left running brings its tasks to the hand: not again (a
+            # second answer would share the link with it); when every source has one, wait
+            # for one to end.
+            with self._flight_lock:
+                self._flight_lock.wait_for(
+                    lambda: any(s not in self._in_flight for s in sources),
+                    timeout=max(end - time.monotonic(), 0.0),
+                )
+                sources = [s for s in sources if s not in self._in_flight] or sources
+        with self._flight_lock:
+            # Answers still coming share the link with this round's.
+            beside = len(sources) + sum(self._in_flight.values())
         # The round's bytes are shared among the sources pulled side by side.
         share = self._pull_bytes() // len(sources)
         held = self._hand(queue)
@@ -716,20 +805,34 @@ class PubSubBackend:
                 end,
                 patient=patient,
                 spread=spread,
+                beside=beside,
             )
             for source in sources
         ]
 
+        def flying(i: int) -> None:
+            with self._flight_lock:
+                self._in_flight[sources[i]] = self._in_flight.get(sources[i], 0) + 1
+
         def late(i: int, result: list[Delivery] | Error | None) -> None:
             # A pull still running when the lease answered: what it brings is held for the
             # next lease calls.
-            if isinstance(result, list):
-                held.hold(result)
-            elif result is None:
-                held.mark_empty(sources[i])
+            try:
+                if isinstance(result, list):
+                    held.hold(result)
+                elif result is None:
+                    held.mark_empty(sources[i])
+            finally:
+                with self._flight_lock:
+                    self._in_flight[sources[i]] -= 1
+                    if not self._in_flight[sources[i]]:
+                        del self._in_flight[sources[i]]
+                    self._flight_lock.notify_all()
 
         results: Sequence[list[Delivery] | Error | Pending | None] = (
-            self.rpc.run_until_useful(calls, bool, late) if spread else self.rpc.run_each(calls)
+            self.rpc.run_until_useful(calls, bool, late, give_up=give_up, pending_hook=flying)
+            if spread
+            else self.rpc.run_each(calls)
         )
         found: list[Delivery] = []
         brought: list[str] = []
@@ -759,16 +862,18 @@ class PubSubBackend:
         *,
         patient: bool,
         spread: bool = False,
+        beside: int = 1,
     ) -> list[Delivery] | None:
         """Pull up to max_messages, sorted out: the available deliveries; None if none came.
 
         A patient pull (nothing to answer with yet) waits up to pubsub_pull_wait for messages;
-        `spread` splits a big pull into a few running side by side. Copies this subscription
+        `spread` splits a big pull into a few running side by side; `beside` is the number of
+        subscriptions pulled side by side with this one. Copies this subscription
         should not serve (an emulator ignoring filters) are acked away; tasks whose ETA is
         ahead are hidden until then with their ack deadline.
         """
         remaining = end - time.monotonic()
-        wait = self.settings.pubsub_pull_wait if patient else NEXT_PULL_WAIT
+        wait = self.settings.pubsub_pull_wait if patient else self._next_wait()
         # One round of pulls brings at most pubsub_pull_bytes (and a hand's worth), by the size
         # estimate: the answer is in memory about three times over (received, parsed, copied).
         fits = self._fitting(source, self._pull_bytes())
@@ -786,7 +891,9 @@ class PubSubBackend:
             queue=queue,
             wait=max(min(wait, remaining), 0.05),
             budget=max(remaining, 0.05),
-            message_bytes=known or SIZE_GUESS,
+            # The answers of pulls side by side share the link: each is given the time of them
+            # all to arrive (a subscription's first pull asks for one message).
+            message_bytes=known * beside if known is not None else SIZE_GUESS,
         )
         received = [item for result in results for item in result]
         if not received:
@@ -917,12 +1024,18 @@ class PubSubBackend:
             else:
                 by_source[delivery.subscription].append(delivery.ack_id)
         stale: set[str] = set()
-        try:
-            for source, ack_ids in by_source.items():
-                stale |= self.rpc.modify(source, ack_ids, seconds, queue=queue)
-        except Error:
-            self._hand(queue).hold(picked)
-            raise
+        # Every subscription's deadlines side by side: one round trip, not one per subscription.
+        answers = self.rpc.run_each(
+            [
+                functools.partial(self.rpc.modify, source, ack_ids, seconds, queue=queue)
+                for source, ack_ids in by_source.items()
+            ]
+        )
+        for answer in answers:
+            if isinstance(answer, Error):
+                self._hand(queue).hold(picked)
+                raise answer
+            stale |= answer
         leases = []
         for delivery in picked:
             end = as_pulled.get(delivery.ack_id)
@@ -1321,6 +1434,9 @@ class PubSubBackend:
             return
         self._closed = True
         self._keeper.stop()
+        # Pulls a lease left running bring their tasks to the hand: wait for them (each ends
+        # within its pull wait), so what they bring is given back below.
+        self.rpc.finish_pulls()
         leases = self._book.take_everything()
         held = {queue: hand.close() for queue, hand in self._hands.items()}
         now = time.time()

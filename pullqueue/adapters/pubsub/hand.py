@@ -286,6 +286,13 @@ class Hand:
                 self._marks.pop(source, None)
                 self._emptied.discard(source)
 
+    def forget_empty(self, sources: Iterable[str]) -> None:
+        """Look at these subscriptions again though found empty a moment ago: the server holds
+        an empty pull until a message comes, so looking costs no calls while they stay empty."""
+        with self._lock:
+            for source in sources:
+                self._marks.pop(source, None)
+
     def probed(self, sources: Iterable[str]) -> None:
         """A probe brought tasks of these subscriptions: they are not drained to empty."""
         with self._lock:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from pullqueue.adapters.pubsub.wire import SubscriptionRule
 from pullqueue.config import Settings
 from pullqueue.errors import (
     ConfigurationError,
+    Error,
     InvalidTaskRetryOptionsError,
     NotProvisionedError,
     PermissionDeniedError,
@@ -162,14 +164,7 @@ class Provisioner:
         shard_topics = [self.rpc.topic_path(layout.shard_topic_id(k)) for k in range(layout.shards)]
         claims_topic = self.rpc.topic_path(layout.claims_topic_id)
         claims = self.rpc.subscription_path(layout.claims_subscription_id)
-        if self.auto_create:
-            for path in [dead_letter_topic, claims_topic, *shard_topics]:
-                self._ensure_topic(path, queue)
-            self._ensure_subscription(
-                self.rpc.subscription_path(layout.dead_letter_subscription_id),
-                {"topic": dead_letter_topic, "ack_deadline_seconds": DEAD_LETTER_ACK_DEADLINE},
-                queue,
-            )
+        dead_letters = self.rpc.subscription_path(layout.dead_letter_subscription_id)
         workers = self.rpc.subscription_path(layout.worker_subscription_id)
         # Subscription path -> (its topic, its filter).
         wanted = {workers: (topic, layout.worker_filter)}
@@ -194,8 +189,30 @@ class Provisioner:
         attempts: list[int] = []
         retentions: list[float] = []
         verified = True
+        # One round of calls side by side (a new process's first lease waits for it): every
+        # subscription read, with auto_create every topic made sure of; then what is missing.
+        reads = [*wanted, claims, dead_letters]
+        calls: list[Callable[[], Any]] = [
+            functools.partial(self._subscription, path, queue) for path in reads
+        ]
+        if self.auto_create:
+            calls += [
+                functools.partial(self._ensure_topic, path, queue)
+                for path in [dead_letter_topic, claims_topic, *shard_topics]
+            ]
+        answers = self.rpc.run_each(calls)
+        failure = next((a for a in answers if isinstance(a, Error)), None)
+        if failure is not None:
+            raise failure
+        subscriptions: dict[str, Any] = dict(zip(reads, answers, strict=False))
+        if self.auto_create and subscriptions[dead_letters] is None:
+            self._ensure_subscription(
+                dead_letters,
+                {"topic": dead_letter_topic, "ack_deadline_seconds": DEAD_LETTER_ACK_DEADLINE},
+                queue,
+            )
         for path, (source_topic, expected_filter) in wanted.items():
-            found = self._subscription(path, queue)
+            found = subscriptions[path]
             if found is None and self.auto_create:
                 found = self._ensure_subscription(
                     path,
@@ -227,7 +244,7 @@ class Provisioner:
                 retry = retry_parameters(found)
             attempts.append(int(found.dead_letter_policy.max_delivery_attempts))
             retentions.append(_seconds(found.message_retention_duration))
-        self._open_claims(claims, claims_topic, queue, layout.shards)
+        self._open_claims(claims, claims_topic, queue, layout.shards, subscriptions[claims])
         return QueueTopology(
             layout=layout,
             topic=topic,
@@ -312,9 +329,11 @@ class Provisioner:
 
         self.rpc.call(create, queue=queue, resource=path)
 
-    def _open_claims(self, claims: str, claims_topic: str, queue: str, shards: int) -> None:
-        """Check the claims subscription; auto_create creates it with one token per shard."""
-        found = self._subscription(claims, queue)
+    def _open_claims(
+        self, claims: str, claims_topic: str, queue: str, shards: int, found: Any
+    ) -> None:
+        """Check the claims subscription (`found`, as _subscription read it); auto_create
+        creates it with one token per shard."""
         if found is None and self.auto_create:
             created = self._create_subscription(
                 claims,

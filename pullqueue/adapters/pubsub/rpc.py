@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 PARALLEL_PULLS = 4
 """Pulls of one subscription one lease call may have in flight at once."""
-PULL_THREADS = 24
+PULL_THREADS = 64
 """Threads for pulls side by side: one per subscription of a queue when probing its heads."""
 ACK_IDS_PER_REQUEST = 1000
 """Ack ids per acknowledge/modifyAckDeadline request (well under the 512 KiB request limit)."""
@@ -137,6 +137,10 @@ class PubSubRpc:
             ) from exc
         self._pull_caps: dict[str, int] = {}
         """Subscription -> most messages a pull asks for, after an answer over the receive limit."""
+        self._answer_seconds: float | None = None
+        self.holds_empty_pulls = False
+        """True when the last pull that found nothing was held to its deadline (Pub/Sub), False
+        when it was answered empty (the emulator)."""
         self._executor: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -208,6 +212,7 @@ class PubSubRpc:
         """
 
         def pull(timeout: float) -> list[Any]:
+            began = time.monotonic()
             while True:
                 size = min(max_messages, self._pull_caps.get(subscription, max_messages))
                 request = pubsub_types.PullRequest.wrap(
@@ -216,13 +221,19 @@ class PubSubRpc:
                 try:
                     response = self.subscriber.pull(request=request, retry=None, timeout=timeout)
                 except gexc.DeadlineExceeded:
+                    self.holds_empty_pulls = True
                     return []
                 except gexc.ResourceExhausted as exc:
                     if TOO_LARGE not in str(exc) or size == 1:
                         raise
                     self._pull_caps[subscription] = max(size // 2, 1)
                     continue
-                return list(pubsub_types.PullResponse.pb(response).received_messages)
+                received = list(pubsub_types.PullResponse.pb(response).received_messages)
+                if received:
+                    self._answered(time.monotonic() - began)
+                else:
+                    self.holds_empty_pulls = False
+                return received
 
         deadline = max(wait, answer_time(max_messages * message_bytes))
         return self.call(
@@ -232,6 +243,17 @@ class PubSubRpc:
             budget=max(budget, deadline),
             attempt_timeout=deadline,
         )
+
+    def _answered(self, seconds: float) -> None:
+        with self._pool_lock:
+            last = self._answer_seconds
+            self._answer_seconds = seconds if last is None else 0.8 * last + 0.2 * seconds
+
+    @property
+    def answer_seconds(self) -> float | None:
+        """How long a pull that brought messages took, lately (a moving average); None before
+        the first: about a round trip on Pub/Sub, a millisecond on the emulator."""
+        return self._answer_seconds
 
     def pull_many(
         self,
@@ -302,36 +324,45 @@ class PubSubRpc:
         calls: Sequence[Callable[[], T]],
         useful: Callable[[T], bool],
         late: Callable[[int, Any], None],
+        *,
+        give_up: float | None = None,
+        pending_hook: Callable[[int], None] | None = None,
     ) -> list[T | Error | Pending]:
         """Run the calls side by side until one's result is `useful`; then wait for the others
         no longer than that one took (LATE_SHARE of it, at least LATE_LEAST s). Each one's
         result or Error, PENDING for a call still running then: `late(index, outcome)` gets it
-        when it ends.
+        when it ends. With `give_up`, no call is waited for longer than that many seconds when
+        none was useful by then. `pending_hook(index)` is told of each call left running
+        before its `late` can be.
 
         On Pub/Sub an empty pull is held until its deadline: a lease that has tasks to answer
         with does not wait for the pulls of empty subscriptions beside them.
         """
-        if len(calls) == 1:
+        if len(calls) == 1 and give_up is None:
             return list(self.run_each(calls))
         began = time.monotonic()
         futures = [self._pool().submit(call) for call in calls]
         index = {future: i for i, future in enumerate(futures)}
         pending = set(futures)
-        until: float | None = None
+        until: float | None = None if give_up is None else began + give_up
+        answered = False
         while pending:
             timeout = None if until is None else max(until - time.monotonic(), 0.0)
             done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
             if not done:
                 break
-            if until is None and any(
+            if not answered and any(
                 future.exception() is None and useful(future.result()) for future in done
             ):
+                answered = True
                 took = time.monotonic() - began
                 until = time.monotonic() + max(took * LATE_SHARE, LATE_LEAST)
         results: list[T | Error | Pending] = []
         for future in futures:
             if future in pending:
                 results.append(PENDING)
+                if pending_hook is not None:
+                    pending_hook(index[future])
                 future.add_done_callback(lambda f: late(index[f], _outcome(f)))
             else:
                 results.append(_outcome(future))
@@ -432,6 +463,13 @@ class PubSubRpc:
             queue=queue,
             resource=subscription,
         )
+
+    def finish_pulls(self) -> None:
+        """Wait for the calls running in the pull threads to end (the threads stop)."""
+        with self._pool_lock:
+            executor = self._executor
+        if executor is not None:
+            executor.shutdown(wait=True)
 
     def close(self) -> None:
         """Stop the pull threads and close both clients' channels."""
