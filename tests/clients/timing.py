@@ -31,12 +31,12 @@ class Timed:
     pubsub_calls: list[tuple[float, float]] = field(default_factory=list)
 
     def per_call(self) -> dict[str, tuple[int, float, float]]:
-        """Legacy call pattern -> (how many, median Pub/Sub calls, median seconds) on the
-        layer; a pattern is the method and its arguments (any named tag as "<tag>"), with an
-        empty lease apart."""
+        """Legacy call pattern -> (how many, median Pub/Sub calls begun during it, median
+        seconds) on the layer; a pattern is the method and its arguments (any named tag as
+        "<tag>"), with an empty lease apart."""
         found: dict[str, list[tuple[int, float]]] = defaultdict(list)
         for call in self.calls:
-            inside = sum(1 for b, e in self.pubsub_calls if call.began <= b and e <= call.ended)
+            inside = sum(1 for b, _ in self.pubsub_calls if call.began <= b <= call.ended)
             args = call.args
             if call.method == "lease_tasks_by_tag":
                 args = (*args[:2], "<tag>" if args[2] else None, *args[3:])
