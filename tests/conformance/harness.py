@@ -117,4 +117,5 @@ def iter_cases() -> Iterator[BackendCase]:
     for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda m: m.name):
         if info.name.startswith("case_"):
             module = importlib.import_module(f"tests.conformance.{info.name}")
-            yield module.CASE
+            if module.CASE is not None:  # a case may be opt-in (case_pubsub_service.py)
+                yield module.CASE

@@ -49,7 +49,7 @@ class Knobs:
     rtt: float = 0.0
     """Seconds of one round trip: half before the emulator sees a call, half for its answer."""
     partial: bool = False
-    """A pull returns a random share (1..all) of what it got; the rest is handed back at once."""
+    """A pull asks the emulator for a random share (1..all) of the messages it asked for."""
     filters: bool = False
     """Subscription filters are applied: a message that fails one is acked, never delivered."""
     hold_empty: bool = False
@@ -79,6 +79,8 @@ class Calls:
 
     def __init__(self) -> None:
         self._calls: list[Call] = []
+        self.began = time.monotonic()
+        """Calls begun before (pulls a lease left running) are not counted."""
 
     @property
     def count(self) -> int:
@@ -279,7 +281,8 @@ class RealisticPubSub:
         with self._lock:
             self.totals[call.method] += 1
             for watcher in self._watchers:
-                watcher._add(call)
+                if call.start >= watcher.began:
+                    watcher._add(call)
 
     def _upstream(self, method: str) -> Callable[..., bytes]:
         return self._channel.unary_unary(method)  # type: ignore[no-any-return]
@@ -373,6 +376,11 @@ class RealisticPubSub:
         knobs = self.knobs
         pull = _PULL.FromString(request)
         predicate = self._filter_of(pull.subscription) if knobs.filters else None
+        if knobs.partial and pull.max_messages > 1:
+            # Asked for fewer (a random share), rather than pulled and handed back: a message
+            # handed back counts a delivery attempt on the emulator, which the service would not.
+            pull.max_messages = self._random.randint(1, pull.max_messages)
+            request = pull.SerializeToString()
         while True:
             answer = _PULL_RESPONSE.FromString(self._forward(method, request, context))
             messages = list(answer.received_messages)
@@ -381,12 +389,6 @@ class RealisticPubSub:
                 if rejected:
                     self._settle(pull.subscription, [m.ack_id for m in rejected], None)
                     messages = [m for m in messages if predicate(dict(m.message.attributes))]
-            if knobs.partial and len(messages) > 1:
-                share = self._random.randint(1, len(messages))
-                back = messages[share:]
-                messages = messages[:share]
-                if back:
-                    self._settle(pull.subscription, [m.ack_id for m in back], 0)
             if messages or not knobs.hold_empty or pull.return_immediately:
                 del answer.received_messages[:]
                 answer.received_messages.extend(messages)

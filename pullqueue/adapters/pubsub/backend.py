@@ -67,8 +67,6 @@ NEXT_PULL_ROUNDS = 4
 """Times a recent answer's time a pull waits on an empty subscription once the call has tasks."""
 NEXT_PULL_LEAST = 0.05
 """Least seconds it waits then."""
-MORE_PATIENCE = 0.05
-"""Least seconds a plain lease waits for a useful answer in a round after its first."""
 HELD_SHARE = 0.9
 """Share of the pull wait a round of empty pulls took when the server held them (Pub/Sub does)."""
 CLAIMANT_WAIT = 5.0
@@ -395,7 +393,6 @@ class PubSubBackend:
             return picked
         live = self._rotate(topology)
         share = math.ceil((max_tasks - len(picked)) / len(live))
-        began = time.monotonic()
         try:
             found, more = self._pull_each(
                 queue, topology, live, share, end, patient=not picked, spread=True
@@ -406,15 +403,13 @@ class PubSubBackend:
         # More may be in the sources that brought any: a pull often brings fewer than asked
         # (the emulator at most 100), or only tasks it may not hand out (ETA ahead, a copy).
         picked += found
-        # Then rounds side by side of those that brought any, each waited for about as long
-        # as the first took: an empty subscription's pull is held to its deadline on Pub/Sub,
-        # and one after another they would cost a pull's wait each.
-        patience = max(2 * (time.monotonic() - began), MORE_PATIENCE)
+        # Then rounds side by side of those that brought any (their pulls wait _next_wait on
+        # an empty one): one after another they would cost that wait each.
         while more and len(picked) < max_tasks and time.monotonic() < end:
             share = math.ceil((max_tasks - len(picked)) / len(more))
             try:
                 found, more = self._pull_each(
-                    queue, topology, more, share, end, patient=False, spread=True, give_up=patience
+                    queue, topology, more, share, end, patient=False, spread=True, cut=False
                 )
             except Error:
                 hand.hold(picked)
@@ -771,7 +766,7 @@ class PubSubBackend:
         *,
         patient: bool,
         spread: bool = False,
-        give_up: float | None = None,
+        cut: bool = True,
     ) -> tuple[list[Delivery], list[str]]:
         """Pull up to `size` from each source, side by side (an empty queue answers after one
         pull wait, not one per source): what came, and the sources that brought any.
@@ -830,8 +825,8 @@ class PubSubBackend:
                     self._flight_lock.notify_all()
 
         results: Sequence[list[Delivery] | Error | Pending | None] = (
-            self.rpc.run_until_useful(calls, bool, late, give_up=give_up, pending_hook=flying)
-            if spread
+            self.rpc.run_until_useful(calls, bool, late, pending_hook=flying)
+            if spread and cut
             else self.rpc.run_each(calls)
         )
         found: list[Delivery] = []
