@@ -1,5 +1,6 @@
-"""Fixtures for the bridge tests: a bridge over memory:// or the Pub/Sub emulator, and Google's
-Python SDK (appengine-python-standard) pointed at it through its own HTTP API stub."""
+"""Fixtures for the bridge tests: a bridge over memory://, the Pub/Sub emulator or the emulator
+behind the realistic layer, and Google's Python SDK (appengine-python-standard) pointed at it
+through its own HTTP API stub."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pullqueue.adapters.memory import MemoryBackend
 from pullqueue.bridge import BackgroundBridge
 from tests.bridge.support import running_bridge, sdk_through_bridge
 from tests.support.emulators import shared_emulator_host
+from tests.support.realpubsub import shared_layer
 
 
 @dataclass
@@ -31,15 +33,25 @@ class Served:
         return self.server.port
 
 
+KINDS = ["memory", "pubsub", "layer"]
+"""memory://, the bare Pub/Sub emulator, and the emulator behind tests/support/realpubsub.py
+answering as the service (10 ms round trips, partial pulls, filters, held empty pulls, cap)."""
+
+
 def make_backend(kind: str) -> Backend:
-    """memory://, or a Pub/Sub backend on a project of its own on the emulator."""
+    """memory://, or a Pub/Sub backend on a project of its own on the emulator (bare, or
+    through the session's realistic layer)."""
     if kind == "memory":
         return MemoryBackend()
-    shared_emulator_host("pubsub")
-    return connect(f"pubsub://bridge-{uuid.uuid4().hex[:10]}", auto_create=True)
+    host = shared_emulator_host("pubsub")
+    url = f"pubsub://bridge-{uuid.uuid4().hex[:10]}"
+    if kind == "layer":
+        with shared_layer(host).as_emulator():
+            return connect(url, auto_create=True)
+    return connect(url, auto_create=True)
 
 
-@pytest.fixture(params=["memory", "pubsub"])
+@pytest.fixture(params=KINDS)
 def served(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
     """The SDK, unchanged, talking to a bridge over each backend."""
     monkeypatch.setenv("PULLQUEUE_DEDUPE_URL", "memory://")

@@ -1,4 +1,5 @@
-"""Google's Python SDK, unchanged, through the bridge: on memory:// and on the Pub/Sub emulator.
+"""Google's Python SDK, unchanged, through the bridge: on memory://, on the Pub/Sub emulator and
+on the emulator behind the realistic layer (tests/support/realpubsub.py).
 
 `google.appengine.api.taskqueue` with its HTTP API stub posts to the bridge as it posts to the
 App Engine service bridge; the legacy docs' calls work and each failure is the SDK's own error.

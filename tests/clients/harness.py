@@ -72,6 +72,9 @@ class Call:
     method: str
     args: tuple[Any, ...]
     outcome: tuple[str, Any]
+    began: float = 0.0
+    ended: float = 0.0
+    """time.monotonic() at the call and at its answer (not compared across backends)."""
 
 
 @dataclass
@@ -149,13 +152,15 @@ def _recording(queue_class: type, run: Run) -> Iterator[None]:
         def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
             if not sys._getframe(1).f_code.co_filename.startswith(str(PORTED)):
                 return original(self, *args, **kwargs)  # the library's own inner calls
-            entry = Call(name, _args(name, args, kwargs), ("pending", None))
+            entry = Call(name, _args(name, args, kwargs), ("pending", None), time.monotonic())
             run.calls.append(entry)
             try:
                 result = original(self, *args, **kwargs)
             except Exception as exc:
                 entry.outcome = ("error", type(exc).__name__)
                 raise
+            finally:
+                entry.ended = time.monotonic()
             entry.outcome = ("ok", _outcome(name, result))
             return result
 
@@ -296,17 +301,27 @@ def _default_backend(backend: Backend) -> Iterator[None]:
         reset_default_backends()
 
 
-def _pubsub() -> Backend:
+BACKENDS = ("sdk", "memory", "pubsub", "layer")
+"""Where a client runs: Google's stub, memory://, the bare Pub/Sub emulator, or the emulator
+behind tests/support/realpubsub.py answering as the service does (10 ms round trips unless
+PULLQUEUE_TEST_RTT_MS says otherwise, partial pulls, filters, held empty pulls, the cap)."""
+
+
+def _pubsub(*, layer: bool = False) -> Backend:
     from pullqueue.adapters.pubsub import PubSubBackend
     from tests.support.emulators import shared_emulator_host
+    from tests.support.realpubsub import shared_layer
 
-    shared_emulator_host("pubsub")
-    return PubSubBackend(
-        f"clients-{uuid.uuid4().hex[:10]}",
-        settings=Settings(),
-        auto_create=True,
-        names=MemoryNameRegistry(),
-    )
+    host = shared_emulator_host("pubsub")
+    with ExitStack() as stack:
+        if layer:
+            stack.enter_context(shared_layer(host).as_emulator())
+        return PubSubBackend(
+            f"clients-{uuid.uuid4().hex[:10]}",
+            settings=Settings(),
+            auto_create=True,
+            names=MemoryNameRegistry(),
+        )
 
 
 def _short_wait(seconds: float) -> None:
@@ -316,7 +331,7 @@ def _short_wait(seconds: float) -> None:
 
 @contextmanager
 def client_run(client: str, backend: str, *, fail_first_lease: bool = False) -> Iterator[Run]:
-    """The client imported for `backend` ("sdk", "memory" or "pubsub"), recording what it does.
+    """The client imported for `backend` (one of BACKENDS), recording what it does.
 
     fail_first_lease makes the first lease call run out of its deadline, at the service (the
     stub raises the apiproxy error) or at the backend (pullqueue's DeadlineExceededError).
@@ -324,7 +339,9 @@ def client_run(client: str, backend: str, *, fail_first_lease: bool = False) -> 
     with ExitStack() as stack:
         stack.enter_context(frameworks.installed())
         # Before the testbed: it restores the environment it found when it is deactivated.
-        pubsub = _pubsub() if backend == "pubsub" else None
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
+        pubsub = _pubsub(layer=backend == "layer") if backend in ("pubsub", "layer") else None
         bed = stack.enter_context(_datastore())
         now: Callable[[], float]
         advance: Callable[[float], None]

@@ -132,11 +132,41 @@ def titan_big_window(run: Run) -> dict[str, Any]:
     return {"windows": windows, "left": _left_in_queue(run, "titan-dirs")}
 
 
+def subscription_cron_pass(run: Run) -> dict[str, Any]:
+    """A cron pass over 40 users' tags, of which 10 have updates queued: the handler leases by
+    each named tag, and 30 of those leases come back empty (the shape of a per-tag cron)."""
+    client = run.module
+    queue = run.taskqueue.Queue("tbans-update-subscriptions")
+    users = [f"user-{i}" for i in range(40)]
+    for user in users[::4]:
+        payload = json.dumps({"user_id": user, "token": None})
+        for _ in range(2):  # the same update twice: the handler keeps one, deletes the rest
+            queue.add(run.taskqueue.Task(payload=payload, method="PULL", tag=user))
+    run.advance(1)
+    del run.calls[:]
+    frameworks.SubscriptionController.calls = []
+    frameworks.SubscriptionController.outcomes = []
+    statuses = []
+    for user in users:
+        handler = client.SubscriptionWorkerHandler(frameworks.Request({"tag": user}))
+        try:
+            handler.post()
+            statuses.append(handler.response.status)
+        except Exception as exc:  # the push queue retries the request
+            statuses.append(f"raised {type(exc).__name__}")
+    return {
+        "statuses": statuses,
+        "controller": list(frameworks.SubscriptionController.calls),
+        "left": _left_in_queue(run, "tbans-update-subscriptions"),
+    }
+
+
 SCENARIOS: dict[str, tuple[str, Callable[[Run], dict[str, Any]]]] = {
     "pull_counter": ("pull_counter", pull_counter),
     "visit_counter": ("visit_counter", visit_counter),
     "subscription_worker": ("subscription_worker", subscription_worker),
     "titan_dirs": ("titan_dirs", titan_dirs),
     "titan_big_window": ("titan_dirs", titan_big_window),
+    "subscription_cron_pass": ("subscription_worker", subscription_cron_pass),
 }
 """Scenario name -> (the ported client it drives, the scenario)."""
