@@ -23,14 +23,16 @@ from pullqueue.links import TERRAFORM_MODULE
 TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     gexc.ServiceUnavailable,
     gexc.DeadlineExceeded,
+    gexc.Cancelled,
     gexc.TooManyRequests,
     gexc.Aborted,
     gexc.InternalServerError,
     gexc.Unknown,
     gexc.RetryError,
 )
-"""UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED (429), ABORTED, INTERNAL, UNKNOWN and an
-exhausted retry: the failures Google's own client retries, so a worker backs off and retries."""
+"""UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, RESOURCE_EXHAUSTED (429), ABORTED, INTERNAL,
+UNKNOWN and an exhausted retry: the failures Google's own client retries (its publish retries
+CANCELLED too), so a worker backs off and retries."""
 
 EXACTLY_ONCE_REASON = "EXACTLY_ONCE_ACKID_FAILURE"
 TRANSIENT_ACK_PREFIX = "TRANSIENT_"

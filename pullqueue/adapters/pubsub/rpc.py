@@ -220,7 +220,9 @@ class PubSubRpc:
                 )
                 try:
                     response = self.subscriber.pull(request=request, retry=None, timeout=timeout)
-                except gexc.DeadlineExceeded:
+                except (gexc.DeadlineExceeded, gexc.Cancelled):
+                    # A held pull ended at its deadline; the stack may report the server's
+                    # reset as CANCELLED when it arrives before the client's own timer fires.
                     self.holds_empty_pulls = True
                     return []
                 except gexc.ResourceExhausted as exc:
