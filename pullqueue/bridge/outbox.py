@@ -29,7 +29,7 @@ from pullqueue.bridge.proto.remote_api_pb2 import Request, Response
 from pullqueue.bridge.wire import ApplicationFailure
 from pullqueue.errors import Error
 from pullqueue.outbox.layout import StagedTask, new_task_name
-from pullqueue.outbox.publish import publish
+from pullqueue.outbox.publish import publish_committed
 from pullqueue.queue import Queue
 from pullqueue.task import USEC
 
@@ -323,17 +323,9 @@ class TransactionalAdds:
     ) -> None:
         """Publish a committed transaction's tasks, then delete the staging of those published."""
         datastore_pb = _datastore_pb()
-        result = await asyncio.get_running_loop().run_in_executor(
-            None, publish, self.backend, tasks
+        settled = await asyncio.get_running_loop().run_in_executor(
+            None, publish_committed, self.backend, tasks
         )
-        for item, exc in result.failed:
-            logger.warning(
-                "queue %r, task %r: committed, publish failed (%s); the sweeper publishes it",
-                item.queue,
-                item.name,
-                exc,
-            )
-        settled = {item.name for item in result.settled}
         done = [key for key in keys if key.path.element[-1].name in settled]
         if not done:
             return

@@ -18,7 +18,7 @@ from typing import Any
 from pullqueue.adapters.base import Backend
 from pullqueue.outbox import layout
 from pullqueue.outbox.layout import StagedTask
-from pullqueue.outbox.publish import publish
+from pullqueue.outbox.publish import publish_committed
 
 logger = logging.getLogger("pullqueue.outbox")
 
@@ -79,15 +79,7 @@ def _publish_after_commit(
     left to the sweeper, never raised: the transaction has committed)."""
     with _lock:
         _counts.pop(context.transaction, None)
-    result = publish(backend, staged)
-    for item, exc in result.failed:
-        logger.warning(
-            "queue %r, task %r: committed, publish failed (%s); the sweeper publishes it",
-            item.queue,
-            item.name,
-            exc,
-        )
-    settled = {item.name for item in result.settled}
+    settled = publish_committed(backend, staged)
     done = [key for key in keys if key.id() in settled]
     if not done:
         return

@@ -20,7 +20,7 @@ from pullqueue.adapters.base import Backend
 from pullqueue.errors import BadTransactionStateError
 from pullqueue.outbox.appengine import entity_pbs, root_of
 from pullqueue.outbox.layout import StagedTask
-from pullqueue.outbox.publish import publish
+from pullqueue.outbox.publish import publish_committed
 
 logger = logging.getLogger("pullqueue.outbox")
 
@@ -178,15 +178,7 @@ def _publish_after_commit(connection: Any) -> None:
         by_backend.setdefault(id(backend), (backend, []))[1].append(staged)
     settled: set[str] = set()
     for backend, items in by_backend.values():
-        result = publish(backend, items)
-        settled.update(item.name for item in result.settled)
-        for item, exc in result.failed:
-            logger.warning(
-                "queue %r, task %r: committed, publish failed (%s); the sweeper publishes it",
-                item.queue,
-                item.name,
-                exc,
-            )
+        settled |= publish_committed(backend, items)
     keys = connection.__dict__.get("_pullqueue_keys", [])
     done = [key for key in keys if key.path.element[-1].name in settled]
     if not done:

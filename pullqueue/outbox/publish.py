@@ -6,12 +6,15 @@ publish, or a retry after a crash) is refused by the queue as a duplicate and ch
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pullqueue.adapters.base import Backend
 from pullqueue.errors import Error, TaskAlreadyExistsError, TombstonedTaskError
 from pullqueue.outbox.layout import StagedTask
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -60,3 +63,17 @@ def publish(backend: Backend, staged: Sequence[StagedTask]) -> Published:
             else:
                 result.failed.append((item, outcome))
     return result
+
+
+def publish_committed(backend: Backend, staged: Sequence[StagedTask]) -> set[str]:
+    """Publish a committed transaction's tasks (`publish`), log each failure as left to the
+    sweeper, and answer the names settled: their staging can be deleted."""
+    result = publish(backend, staged)
+    for item, exc in result.failed:
+        logger.warning(
+            "queue %r, task %r: committed, publish failed (%s); the sweeper publishes it",
+            item.queue,
+            item.name,
+            exc,
+        )
+    return {item.name for item in result.settled}
