@@ -8,7 +8,7 @@ lease + delete pair over --pairs pairs (after one not counted), the median Pub/S
 during a pair, the ratio to compat (pullqueue.compat, the baseline), and the time the
 bridge adds per pair against a bridge hop. A bridge hop is measured in the same run: the same
 client through a bridge over memory://, less compat on memory:// (what the bridge path costs
-when the queue costs nothing; a pair is two calls, so two hops). The target (issue 32): on the
+when the queue costs nothing; a pair is two calls, so two hops). The target: on the
 layer, no more than one hop lost per call against compat: "hops" <= 2 per pair.
 
     python benchmarks/bridge_service.py [--rtt-ms 30] [--pairs 15] [--clients compat python go]

@@ -1,7 +1,7 @@
 """A ported client's scenario timed on the bare Pub/Sub emulator or through the realistic layer,
 with the Pub/Sub calls each of its legacy calls made (tests/support/realpubsub.py counts them).
 
-The issue-32 bound: a legacy worker takes no more than twice its bare-emulator time on a layer
+The bound: a legacy worker takes no more than twice its bare-emulator time on a layer
 answering as the service does (10 ms round trips, held empty pulls); when it misses, the calls
 per legacy call say which pattern costs the time.
 """

@@ -213,7 +213,7 @@ def test_the_first_lease_of_a_process_takes_few_rounds(
         # every subscription with the topics made sure of.
         # (one more leaves room for threads slow to start on a loaded machine)
         assert calls.rounds("GetTopic", "GetSubscription") <= 3, calls.by_method()
-        # The issue asks for 5; with partial pulls the lease itself takes a few rounds more.
+        # The target is 5; with partial pulls the lease itself takes a few rounds more.
         assert calls.rounds() <= 8, (calls.rounds(), calls.by_method())
     finally:
         fresh.close()

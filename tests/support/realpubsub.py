@@ -61,7 +61,7 @@ class Knobs:
 
     @classmethod
     def service(cls, rtt: float = 0.03, *, lost_acks: float = 0.0) -> Knobs:
-        """Every knob on, as the issue measures the service from a VM."""
+        """Every knob on, as the service answers a client on a GCE VM."""
         return cls(
             rtt=rtt, partial=True, filters=True, hold_empty=True, cap=True, lost_acks=lost_acks
         )
