@@ -13,24 +13,25 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import SplitResult
 
 from pullqueue.adapters.pubsub.claims import ShardClaims
 from pullqueue.adapters.pubsub.duplicates import check_named, no_registry_error
-from pullqueue.adapters.pubsub.hand import Hand, Wanted
+from pullqueue.adapters.pubsub.hand import Hand
+from pullqueue.adapters.pubsub.inventory import provisioned_queues
 from pullqueue.adapters.pubsub.keeper import LeaseKeeper
 from pullqueue.adapters.pubsub.layout import QueueLayout
 from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
 from pullqueue.adapters.pubsub.pause import PauseMarks, paused_lease
 from pullqueue.adapters.pubsub.provision import Provisioner, QueueTopology
+from pullqueue.adapters.pubsub.pulls import PullRounds, of_tag
 from pullqueue.adapters.pubsub.republish import Republisher
-from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PARALLEL_PULLS, Pending, PubSubRpc
+from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PubSubRpc
 from pullqueue.adapters.pubsub.wire import (
     Delivery,
     by_subscription,
-    decode,
     encode,
     new_task_name,
 )
@@ -42,7 +43,6 @@ from pullqueue.errors import (
     TaskLeaseExpiredError,
     TombstonedTaskError,
 )
-from pullqueue.logs import log_event
 from pullqueue.retry import RetryParameters
 from pullqueue.task import QueueStats, Task
 
@@ -54,34 +54,11 @@ PUBLISH_WAVE_BYTES = 3 * PUBLISH_REQUEST_BYTES
 """Bytes of messages an add has in flight at once (its publish requests run side by side)."""
 PUBLISH_TIME_RESOLUTION = 0.002
 """Seconds a purge waits after its cut so later tasks get a later publish time (ms precision)."""
-PULL_SHARE = 100
-"""Messages per pull when a lease call spreads a big pull over several (the emulator's cap)."""
 SAME_DEADLINE = 0.25
 """Seconds a lease may end early to reuse the deadline its pull set (saving one call)."""
 LEASE_TOKEN_SLACK = 1e-6
 """Seconds a task's ETA may differ from its lease's end and still name that lease (datetimes
 carry microseconds, lease ends are floats)."""
-NEXT_PULL_WAIT = 0.25
-"""Most seconds a pull waits on an empty subscription once the lease call has tasks to answer
-with (see _next_wait)."""
-NEXT_PULL_ROUNDS = 4
-"""Times a recent answer's time a pull waits on an empty subscription once the call has tasks."""
-NEXT_PULL_LEAST = 0.15
-"""Least seconds it waits then."""
-HELD_SHARE = 0.9
-"""Share of the pull wait a round of empty pulls took when the server held them (Pub/Sub does)."""
-CLAIMANT_WAIT = 5.0
-"""Seconds a lease by oldest tag that finds only tasks other processes hold (their shards'
-claims) keeps looking before it answers []."""
-CLAIMANT_POLL = 0.5
-"""Seconds between those looks."""
-EMPTY_POLL = 0.25
-"""Seconds between the looks of a lease by oldest tag that found nothing, until the pull wait."""
-PROBE_SIZE = 1
-"""Messages a lease by oldest tag pulls from each subscription it holds nothing from."""
-SIZE_GUESS = 2**20
-"""Bytes per message assumed of a subscription nothing was pulled from yet (the legacy limit of
-a task); after a pull, the largest message it brought, or an eighth of the guess before if more."""
 
 
 class PubSubBackend:
@@ -123,7 +100,7 @@ class PubSubBackend:
             if accept_duplicate_names is None
             else accept_duplicate_names
         )
-        self.rpc = PubSubRpc(project, settings.pubsub_rpc_timeout)
+        self._rpc = PubSubRpc(project, settings.pubsub_rpc_timeout)
         self._provisioner = Provisioner(
             self.rpc, settings, settings.auto_create if auto_create is None else auto_create
         )
@@ -138,28 +115,30 @@ class PubSubBackend:
         )
         self._topologies: dict[str, QueueTopology] = {}
         self._topology_lock = threading.Lock()
-        self._rotation = 0
         self._claims = ShardClaims(self.rpc, lambda queue: len(self.topology(queue).shards))
-        self._sizes: dict[str, int] = {}
-        """Subscription -> bytes per message a pull of it is sized by (see SIZE_GUESS)."""
-        self._message_bytes: dict[str, int] = {}
-        """Subscription -> the largest message of its last answer (or half the one before): the
-        time a pull's answer is given to arrive follows it (rpc.answer_time)."""
-        self._in_flight: dict[str, int] = {}
-        """Subscription -> pulls a lease answered without (run_until_useful) still running."""
-        self._flight_lock = threading.Condition()
-        self._searched: dict[str, float] = {}
-        """Queue -> when (monotonic) a lease's probes last pulled every subscription of it
-        patiently and found nothing."""
         self._hands: dict[str, Hand] = {}
         """Queue -> this process's hand of it (pubsub/hand.py): its held tasks and their rules."""
         self._pauses = PauseMarks(
             self.rpc, lambda queue: self.topology(queue).topic, settings.pubsub_pause_check
         )
+        self._pulls = PullRounds(settings, self.rpc, self._book, self._republisher, self._hand)
+        """The lease calls' pulls (pubsub/pulls.py): probes, gathering, draining, rounds."""
         self._closed = False
 
     def __repr__(self) -> str:
         return f"PubSubBackend({self.url!r})"
+
+    @property
+    def rpc(self) -> PubSubRpc:
+        """The Pub/Sub client every call of this backend goes through (pubsub/rpc.py)."""
+        return self._rpc
+
+    @rpc.setter
+    def rpc(self, rpc: PubSubRpc) -> None:
+        # The pull rounds call through it too: a client swapped in (tests point one at a dead
+        # server) serves the lease calls' pulls as well.
+        self._rpc = rpc
+        self._pulls.rpc = rpc
 
     def now(self) -> float:
         return time.time()
@@ -297,21 +276,21 @@ class PubSubBackend:
         # sees every task the process holds, none being out in another thread's call.
         with self._hand(queue).serving(end):
             if group_by_tag and tag is not None:
-                picked = self._collect(
+                picked = self._pulls.collect(
                     queue,
                     topology,
                     topology.sources_of(tag),
                     max_tasks,
                     end,
-                    _of_tag(tag),
+                    of_tag(tag),
                     rotate=False,
                 )
             elif group_by_tag:
-                picked = self._lease_oldest(queue, topology, max_tasks, began, end)
+                picked = self._pulls.lease_oldest(queue, topology, max_tasks, began, end)
             else:
-                picked = self._lease_any(queue, topology, max_tasks, began, end)
+                picked = self._pulls.lease_any(queue, topology, max_tasks, began, end)
         if group_by_tag and tag is None and not picked:
-            picked = self._await_claimants(queue, topology, max_tasks, end)
+            picked = self._pulls.await_claimants(queue, topology, max_tasks, end)
         return self._grant(queue, topology, picked, lease_seconds)
 
     def set_paused(self, queue: str, paused: bool) -> None:
@@ -322,669 +301,6 @@ class PubSubBackend:
         """When the queue was paused, None while it runs (a copy at most the pause check old)."""
         self.topology(queue)
         return self._pauses.paused_since(queue, fresh=fresh)
-
-    def _await_claimants(
-        self, queue: str, topology: QueueTopology, max_tasks: int, end: float
-    ) -> list[Delivery]:
-        """Before a lease by oldest tag answers [] while other processes hold the claims of
-        shards it found tasks of, look again every CLAIMANT_POLL seconds for up to
-        CLAIMANT_WAIT (never past the deadline less two pull waits), asking for those claims
-        each time: a claim won (its holder served the shard, or stopped) lets this call drain
-        the shard. An idle worker asks a few times while another process serves its shards, not
-        once per pull. The hand is let go between looks, so other threads lease meanwhile."""
-        hand = self._hand(queue)
-        give_up = min(time.monotonic() + CLAIMANT_WAIT, end - 2 * self.settings.pubsub_pull_wait)
-        picked: list[Delivery] = []
-        while not picked and hand.claimed_elsewhere() and time.monotonic() < give_up:
-            time.sleep(max(min(CLAIMANT_POLL, give_up - time.monotonic()), 0.0))
-            last = time.monotonic() + CLAIMANT_POLL >= give_up
-            with hand.serving_by(give_up) as free:
-                if not free:
-                    break
-                hand.ask_claims_again()
-                picked = self._collect_oldest_group(queue, topology, max_tasks, end, last_look=last)
-        return picked
-
-    def _lease_oldest(
-        self, queue: str, topology: QueueTopology, max_tasks: int, began: float, end: float
-    ) -> list[Delivery]:
-        """_collect_oldest_group, answering [] no sooner than the pull wait: a pull of an empty
-        subscription may answer at once (the emulator does), and a process that finds nothing
-        while other processes serve the shards would ask again and again, each call an empty
-        lease. Looks every EMPTY_POLL seconds meanwhile; the last look is taken at the end.
-
-        A call that waited for the hand (begun at `began`) while another thread's look found
-        nothing, that look begun after this call and nothing held or given back since,
-        answers [] at once: that look was this call's, and threads waiting in turn would
-        otherwise add a pull wait each and run past their deadlines.
-        """
-        hand = self._hand(queue)
-        if hand.found_nothing_since(began, every_task=False):
-            return []
-        until = min(time.monotonic() + self.settings.pubsub_pull_wait, end)
-        if queue in self._searched:
-            # Empty pulls are held (a look found nothing after the whole pull wait): a look
-            # now waits in the server for tasks, rather than here until the marks expire.
-            hand.forget_empty(topology.sources)
-        while True:
-            looked = time.monotonic()
-            last = looked + EMPTY_POLL >= until
-            picked = self._collect_oldest_group(queue, topology, max_tasks, end, last_look=last)
-            if picked:
-                return picked
-            if self._searched.get(queue, -math.inf) >= looked:
-                # The look pulled every subscription for the whole pull wait (Pub/Sub holds an
-                # empty pull that long) and found nothing: it was the last look.
-                last = True
-            if last:
-                hand.found_nothing(looked, every_task=False)
-                return picked
-            time.sleep(EMPTY_POLL)
-
-    def _lease_any(
-        self, queue: str, topology: QueueTopology, max_tasks: int, began: float, end: float
-    ) -> list[Delivery]:
-        """_collect_any; a call that waited for the hand while another thread's look found
-        nothing (begun after this call, nothing held or given back since) answers [] at once,
-        as in _lease_oldest: N idle threads then cost one pull wait, not N in turn."""
-        hand = self._hand(queue)
-        if hand.found_nothing_since(began, every_task=True):
-            return []
-        looked = time.monotonic()
-        picked = self._collect_any(queue, topology, max_tasks, end)
-        if not picked:
-            hand.found_nothing(looked, every_task=True)
-        return picked
-
-    def _collect_any(
-        self, queue: str, topology: QueueTopology, max_tasks: int, end: float
-    ) -> list[Delivery]:
-        """Up to max_tasks of any tag: held ones, then a share of the rest from every
-        subscription side by side (so an empty queue answers after one pull wait, not one per
-        subscription), then more from those that brought any."""
-        hand = self._hand(queue)
-        picked = hand.take(None, max_tasks)
-        if len(picked) >= max_tasks:
-            return picked
-        live = self._rotate(topology)
-        share = math.ceil((max_tasks - len(picked)) / len(live))
-        try:
-            found, more = self._pull_each(
-                queue, topology, live, share, end, patient=not picked, spread=True
-            )
-        except Error:
-            hand.hold(picked)
-            raise
-        # More may be in the sources that brought any: a pull often brings fewer than asked
-        # (the emulator at most 100), or only tasks it may not hand out (ETA ahead, a copy).
-        picked += found
-        # Then rounds side by side of those that brought any (their pulls wait _next_wait on
-        # an empty one): one after another they would cost that wait each.
-        while more and len(picked) < max_tasks and time.monotonic() < end:
-            share = math.ceil((max_tasks - len(picked)) / len(more))
-            try:
-                found, more = self._pull_each(
-                    queue, topology, more, share, end, patient=False, spread=True, cut=False
-                )
-            except Error:
-                hand.hold(picked)
-                raise
-            picked += found
-            if not found:
-                break
-        # What pulls left running brought meanwhile.
-        picked += hand.take(None, max(max_tasks - len(picked), 0))
-        if len(picked) > max_tasks:
-            picked.sort(key=_age)
-            hand.hold(picked[max_tasks:])
-            return picked[:max_tasks]
-        return picked
-
-    def _rotate(self, topology: QueueTopology) -> list[str]:
-        """The queue's subscriptions, starting one further each call so none is starved."""
-        sources = topology.sources
-        self._rotation = (self._rotation + 1) % len(sources)
-        return sources[self._rotation :] + sources[: self._rotation]
-
-    def _collect(
-        self,
-        queue: str,
-        topology: QueueTopology,
-        sources: list[str],
-        max_tasks: int,
-        end: float,
-        wanted: Wanted | None,
-        picked: list[Delivery] | None = None,
-        *,
-        rotate: bool = True,
-    ) -> list[Delivery]:
-        """Up to max_tasks available deliveries `wanted` accepts: held ones first, then pulls.
-
-        Sources are pulled in turn (`rotate`) or each until it is empty, in the order given.
-        Deliveries pulled that are not wanted are held for this process's next lease calls; when
-        the held buffer is full the scan stops rather than churn tasks back to Pub/Sub.
-        """
-        hand = self._hand(queue)
-        picked = picked if picked is not None else []
-        picked += hand.take(wanted, max_tasks - len(picked))
-        active = list(sources)
-        try:
-            if not picked and len(active) > 1 and wanted is not None:
-                # Nothing in hand: every source at once, so a tag with no task waiting costs
-                # one pull wait (Pub/Sub holds each empty pull that long), not one per source.
-                # As below: the rest of what a pull brings fills the hand for the next calls.
-                size = min(max_tasks + hand.room(), 1000)
-                found, active = self._pull_each(queue, topology, active, size, end, patient=True)
-                others: list[Delivery] = []
-                for delivery in found:
-                    if len(picked) < max_tasks and wanted(delivery):
-                        picked.append(delivery)
-                    else:
-                        others.append(delivery)
-                hand.hold(others)
-            while len(picked) < max_tasks and active and time.monotonic() < end:
-                source = active[0]
-                want = max_tasks - len(picked)
-                if wanted is not None:
-                    room = min(hand.room(), self._fitting(source, hand.room_bytes()))
-                    if room == 0:
-                        break
-                    want = min(want + room, 1000)
-                ready = self._pull(
-                    queue,
-                    topology,
-                    source,
-                    want,
-                    end,
-                    patient=not picked,
-                    spread=True,
-                )
-                if ready is None:
-                    active.pop(0)
-                    continue
-                if rotate:
-                    active.append(active.pop(0))
-                extra: list[Delivery] = []
-                for delivery in ready:
-                    if len(picked) < max_tasks and (wanted is None or wanted(delivery)):
-                        picked.append(delivery)
-                    else:
-                        extra.append(delivery)
-                hand.hold(extra)
-        except Error:
-            hand.hold(picked)
-            raise
-        return picked
-
-    def _collect_oldest_group(
-        self,
-        queue: str,
-        topology: QueueTopology,
-        max_tasks: int,
-        end: float,
-        *,
-        last_look: bool = True,
-    ) -> list[Delivery]:
-        """The tasks sharing the tag of the oldest available task in hand.
-
-        The hand is what this process holds plus the head of every subscription it holds nothing
-        from (a probe). The subscription the oldest task came from is then drained into the
-        hand, since Pub/Sub hands out in no set order and an older task may be further back, and
-        the oldest is chosen again; its tag's tasks are all in hand then, even with other
-        processes leasing (they find that shard empty while this process serves it). With
-        `last_look`, a call that finds nothing looks once more at every subscription.
-        """
-        held = self._hand(queue)
-        held.serving_oldest(time.time())
-        hand = held.take(None, self.settings.pubsub_hold_max + max_tasks)
-        hand, drained, partial = self._gather(queue, topology, hand, end, fresh=False)
-        if not hand and last_look and time.monotonic() < end:
-            # A last look before answering []: every subscription, including those found empty
-            # or claimed a moment ago (tasks may have been given back to them since). The
-            # claims go back first, so a process that took a head of one of them while this one
-            # drained it finds the claim free once it has given the head back.
-            held.release_claims()
-            hand, drained, partial = self._gather(queue, topology, hand, end, fresh=True)
-        if not hand:
-            held.release_claims()
-            return []
-        hand.sort(key=_age)
-        # The oldest of the subscriptions whole in hand: a tag of one the hand had no room for
-        # would be leased in parts.
-        tag = next((d for d in hand if d.subscription not in partial), hand[0]).tag
-        if tag is None:
-            # The legacy rule: the untagged among the max_tasks oldest tasks.
-            picked = [d for d in hand[:max_tasks] if d.tag is None]
-        else:
-            picked = [d for d in hand if d.tag == tag][:max_tasks]
-        chosen = {d.ack_id for d in picked}
-        held.hold([d for d in hand if d.ack_id not in chosen])
-        if tag is not None:
-            # Fill up from the tag's subscriptions, but not from one this call drained (all of
-            # it is in hand) or found empty a moment ago, unless this process won its claim a
-            # moment ago (other processes give back the heads of it they held).
-            now = time.monotonic()
-            try:
-                sources = [
-                    source
-                    for source in topology.sources_of(tag)
-                    if (
-                        (source not in drained and not held.marked(source, now))
-                        or held.settling(source, now)
-                    )
-                    and (source not in topology.shards or held.may_drain(source))
-                ]
-            except Error:
-                held.hold(picked)
-                raise
-            picked = self._collect(
-                queue, topology, sources, max_tasks, end, _of_tag(tag), picked, rotate=False
-            )
-        held.release_claims()
-        return picked
-
-    def _gather(
-        self, queue: str, topology: QueueTopology, hand: list[Delivery], end: float, *, fresh: bool
-    ) -> tuple[list[Delivery], set[str], set[str]]:
-        """The hand plus the heads of the subscriptions it has nothing from (of the shards,
-        those whose token this process holds or wins), with the subscription of the oldest
-        drained into it (again while that changes), the oldest weighed with the first tasks
-        probes saw a moment ago and gave back; the subscriptions drained, and those of them the
-        hand had no room for all of (their tasks are not candidates for the oldest then, unless
-        nothing else is in hand). `fresh` ignores the marks of subscriptions found empty or
-        claimed a moment ago and the remembered first tasks.
-
-        Tasks in hand of a shard another process holds (a lease without tag pulled them) are
-        given back to it; in the last look (`fresh`) its claim is asked for once more. Heads
-        probed and not drained are given back with their tokens (_give_probes_back).
-        """
-        held = self._hand(queue)
-        drained: set[str] = set()
-        partial: set[str] = set()
-        try:
-            # First tasks probes saw a moment ago and gave back: not probed again, but weighed
-            # with the hand.
-            seen = {} if fresh else held.heads(time.monotonic())
-            probed = self._probe(queue, topology, hand, end, seen, fresh=fresh)
-            held.probed({d.subscription for d in probed})
-            hand += probed
-            present = {d.subscription for d in hand}
-            heads = {s: age for s, age in seen.items() if s not in present}
-            taken: set[str] = set()
-            while candidates := [
-                (_age(d), d.subscription)
-                for d in hand
-                if d.subscription not in taken and d.subscription not in partial
-            ] + [(age, s) for s, age in heads.items() if s not in taken and s not in partial]:
-                source = min(candidates)[1]
-                if source in drained or time.monotonic() >= end:
-                    break
-                drained.add(source)
-                remembered = heads.pop(source, None) is not None
-                # Unless remembered, the oldest came from `hand`, so it holds tasks of `source`.
-                if not fresh and not remembered and held.emptied(source):
-                    # Drained to empty in an earlier call and given nothing back since: what
-                    # came later is younger than what is in hand from it.
-                    continue
-                if held.may_drain(source):
-                    if held.no_room_for(source, hand, partial):
-                        # Serve what is whole in hand first; draining this now would fill the
-                        # hand with parts of subscriptions and lease their tags in parts.
-                        partial.add(source)
-                        continue
-                    found, whole = self._drain(queue, topology, source, hand, end, fresh=fresh)
-                    hand += found
-                    held.drained(source, whole, hand)
-                    if not whole:
-                        partial.add(source)
-                elif not held.unclaimed(source):
-                    taken.add(source)
-            if taken:
-                hand = held.give_to_claimants(hand, taken)
-                for source in sorted(taken) if fresh else ():
-                    if held.may_drain(source):
-                        hand += self._drain(queue, topology, source, hand, end, fresh=True)[0]
-            hand = self._give_probes_back(queue, hand, probed, drained)
-        except Error:
-            held.hold(hand)
-            raise
-        return hand, drained, partial
-
-    def _give_probes_back(
-        self, queue: str, hand: list[Delivery], probed: list[Delivery], drained: set[str]
-    ) -> list[Delivery]:
-        """The hand less the first tasks probes took of subscriptions not drained, given back
-        (remembered a while) when the hand holds others to serve: a shard's token is held only
-        while its tasks are in hand, so other processes are kept off a shard no longer than
-        this call, and a later call weighs those first tasks without pulling them again."""
-        held = self._hand(queue)
-        looked = {d.subscription for d in probed} - drained
-        back = [d for d in hand if d.subscription in looked]
-        if not back or len(back) == len(hand):
-            return hand
-        held.give_back(back)
-        held.remember(back, _age)
-        return [d for d in hand if d.subscription not in looked]
-
-    def _drain(
-        self,
-        queue: str,
-        topology: QueueTopology,
-        source: str,
-        hand: list[Delivery],
-        end: float,
-        *,
-        fresh: bool = False,
-    ) -> tuple[list[Delivery], bool]:
-        """Pull a subscription until it is empty or the hand is full (by count or bytes): the
-        available deliveries, and True when the subscription was found empty (all of it is in
-        hand now).
-
-        One found empty a moment ago (EMPTY_RECHECK) is not pulled again yet, unless `fresh`.
-        """
-        held = self._hand(queue)
-        room = self.settings.pubsub_hold_max - len(hand)
-        room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
-        found: list[Delivery] = []
-        if not fresh and held.marked(source, time.monotonic()):
-            return found, True
-        try:
-            while room > len(found) and time.monotonic() < end:
-                want = min(room - len(found), 1000, self._fitting(source, room_bytes))
-                if want == 0:
-                    break
-                ready = self._pull(queue, topology, source, want, end, patient=False, spread=True)
-                if ready is None:
-                    held.mark_empty(source)
-                    return found, True
-                found += ready
-                room_bytes -= sum(d.size for d in ready)
-        except Error:
-            held.hold(found)
-            raise
-        return found, False
-
-    def _next_wait(self) -> float:
-        """Seconds a pull waits on an empty subscription once the lease call has tasks:
-        NEXT_PULL_WAIT, or less where pulls that bring messages answer quickly (NEXT_PULL_ROUNDS
-        of their time, at least NEXT_PULL_LEAST). Pub/Sub holds an empty pull to its deadline:
-        a subscription drained to empty costs this much each time."""
-        answered = self.rpc.answer_seconds
-        if answered is None:
-            return NEXT_PULL_WAIT
-        return min(NEXT_PULL_WAIT, max(answered * NEXT_PULL_ROUNDS, NEXT_PULL_LEAST))
-
-    def _pull_bytes(self) -> int:
-        """Most bytes one round of pulls asks for (pubsub_pull_bytes, within a hand's worth)."""
-        return min(self.settings.pubsub_pull_bytes, self.settings.pubsub_hold_bytes)
-
-    def _fitting(self, source: str, room_bytes: int) -> int:
-        """Messages of the subscription that fit in room_bytes, by its size estimate."""
-        return max(room_bytes, 0) // max(self._sizes.get(source, SIZE_GUESS), 1)
-
-    def _probe(
-        self,
-        queue: str,
-        topology: QueueTopology,
-        hand: list[Delivery],
-        end: float,
-        remembered: Mapping[str, object],
-        *,
-        fresh: bool = False,
-    ) -> list[Delivery]:
-        """Pull the head of every subscription nothing in hand came from, side by side: of the
-        shards, those whose token this process holds or wins now (other processes' shards are
-        left to them), unless the queue has no tokens at all.
-
-        A subscription found empty is not asked again for EMPTY_RECHECK seconds (unless `fresh`:
-        then every free token is looked for), nor one `remembered` (its head a probe saw a
-        moment ago);
-        deferred tasks a probe brings are hidden until their ETA, so the probes continue past
-        them.
-        """
-        now = time.monotonic()
-        present = {d.subscription for d in hand}
-        held = self._hand(queue)
-        sources = [
-            s
-            for s in topology.sources
-            if s not in present and s not in remembered and (fresh or not held.marked(s, now))
-        ]
-        shards = set(topology.shards)
-        mine = held.grab([s for s in sources if s in shards], thorough=fresh, busy=bool(hand))
-        if mine is not None:
-            sources = [s for s in sources if s not in shards or s in mine]
-        if not sources:
-            return []
-        began = time.monotonic()
-        found, _ = self._pull_each(queue, topology, sources, PROBE_SIZE, end, patient=not hand)
-        held_for = time.monotonic() - began
-        if (
-            not hand
-            and not found
-            and len(sources) == len(topology.sources)
-            and held_for >= HELD_SHARE * self.settings.pubsub_pull_wait
-            and self.rpc.holds_empty_pulls
-        ):
-            # Every subscription pulled and held the whole pull wait (as Pub/Sub holds an empty
-            # pull; the emulator answers at once): none had a task.
-            self._searched[queue] = began
-        return found
-
-    def _pull_each(
-        self,
-        queue: str,
-        topology: QueueTopology,
-        sources: list[str],
-        size: int,
-        end: float,
-        *,
-        patient: bool,
-        spread: bool = False,
-        cut: bool = True,
-    ) -> tuple[list[Delivery], list[str]]:
-        """Pull up to `size` from each source, side by side (an empty queue answers after one
-        pull wait, not one per source): what came, and the sources that brought any.
-
-        A source that brought nothing is not asked again for EMPTY_RECHECK seconds. When a pull
-        fails, what the others brought is held and the first failure raised.
-        """
-        if spread:
-            # A pull an earlier lease left running brings its tasks to the hand: not again (a
-            # second answer would share the link with it); when every source has one, wait
-            # for one to end.
-            with self._flight_lock:
-                self._flight_lock.wait_for(
-                    lambda: any(s not in self._in_flight for s in sources),
-                    timeout=max(end - time.monotonic(), 0.0),
-                )
-                sources = [s for s in sources if s not in self._in_flight] or sources
-        with self._flight_lock:
-            # Answers still coming share the link with this round's.
-            beside = len(sources) + sum(self._in_flight.values())
-        # The round's bytes are shared among the sources pulled side by side.
-        share = self._pull_bytes() // len(sources)
-        held = self._hand(queue)
-        calls = [
-            functools.partial(
-                self._pull,
-                queue,
-                topology,
-                source,
-                max(1, min(size, self._fitting(source, share))),
-                end,
-                patient=patient,
-                spread=spread,
-                beside=beside,
-            )
-            for source in sources
-        ]
-
-        def flying(i: int) -> None:
-            with self._flight_lock:
-                self._in_flight[sources[i]] = self._in_flight.get(sources[i], 0) + 1
-
-        def late(i: int, result: list[Delivery] | Error | None) -> None:
-            # A pull still running when the lease answered: what it brings is held for the
-            # next lease calls.
-            try:
-                if isinstance(result, list):
-                    held.hold(result)
-                elif result is None:
-                    held.mark_empty(sources[i])
-            finally:
-                with self._flight_lock:
-                    self._in_flight[sources[i]] -= 1
-                    if not self._in_flight[sources[i]]:
-                        del self._in_flight[sources[i]]
-                    self._flight_lock.notify_all()
-
-        results: Sequence[list[Delivery] | Error | Pending | None] = (
-            self.rpc.run_until_useful(calls, bool, late, pending_hook=flying)
-            if spread and cut
-            else self.rpc.run_each(calls)
-        )
-        found: list[Delivery] = []
-        brought: list[str] = []
-        failure: Error | None = None
-        for source, result in zip(sources, results, strict=True):
-            if isinstance(result, Pending):
-                continue
-            if isinstance(result, Error):
-                failure = failure or result
-            elif result is None:
-                held.mark_empty(source)
-            else:
-                found += result
-                brought.append(source)
-        if failure is not None:
-            held.hold(found)
-            raise failure
-        return found, brought
-
-    def _pull(
-        self,
-        queue: str,
-        topology: QueueTopology,
-        source: str,
-        max_messages: int,
-        end: float,
-        *,
-        patient: bool,
-        spread: bool = False,
-        beside: int = 1,
-    ) -> list[Delivery] | None:
-        """Pull up to max_messages, sorted out: the available deliveries; None if none came.
-
-        A patient pull (nothing to answer with yet) waits up to pubsub_pull_wait for messages;
-        `spread` splits a big pull into a few running side by side; `beside` is the number of
-        subscriptions pulled side by side with this one. Copies this subscription
-        should not serve (an emulator ignoring filters) are acked away; tasks whose ETA is
-        ahead are hidden until then with their ack deadline.
-        """
-        remaining = end - time.monotonic()
-        wait = self.settings.pubsub_pull_wait if patient else self._next_wait()
-        # One round of pulls brings at most pubsub_pull_bytes (and a hand's worth), by the size
-        # estimate: the answer is in memory about three times over (received, parsed, copied).
-        fits = self._fitting(source, self._pull_bytes())
-        known = self._message_bytes.get(source)
-        # A subscription nothing was pulled from yet is asked for one message first: its size
-        # sets how long the next answers are given to arrive (rpc.answer_time), and an empty
-        # one costs a pull's wait and the least of that time on Pub/Sub, not the most.
-        total = max(1, min(max_messages, 1000, fits)) if known is not None else 1
-        parts = min(PARALLEL_PULLS, math.ceil(total / PULL_SHARE)) if spread else 1
-        sizes = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-        pulled_at = time.time()
-        results, failure = self.rpc.pull_many(
-            source,
-            sizes,
-            queue=queue,
-            wait=max(min(wait, remaining), 0.05),
-            budget=max(remaining, 0.05),
-            # The answers of pulls side by side share the link: each is given the time of them
-            # all to arrive (a subscription's first pull asks for one message).
-            message_bytes=known * beside if known is not None else SIZE_GUESS,
-        )
-        received = [item for result in results for item in result]
-        if not received:
-            if failure is not None:
-                raise failure
-            return None
-        largest = max(item.message.ByteSize() for item in received)
-        self._sizes[source] = max(largest, self._sizes.get(source, SIZE_GUESS) // 8)
-        self._message_bytes[source] = max(largest, self._message_bytes.get(source, 0) // 2)
-        rule = topology.rules[source]
-        now = time.time()
-        foreign: list[str] = []
-        served: list[Delivery] = []
-        aside: list[Delivery] = []
-        for item in received:
-            if not rule.serves(item.message.attributes):
-                foreign.append(item.ack_id)
-                continue
-            delivery = decode(source, item, pulled_at)
-            if rule.misrouted(item.message.attributes):
-                log_event(
-                    log,
-                    logging.WARNING,
-                    "shard_mismatch",
-                    queue=queue,
-                    message_id=delivery.message_id,
-                    detail=f"tag {delivery.tag!r} published to shard {rule.shard} of"
-                    f" {rule.shards}: its publisher uses another shard count",
-                )
-            for note in delivery.ignored:
-                log_event(
-                    log,
-                    logging.WARNING,
-                    "foreign_attribute_ignored",
-                    queue=queue,
-                    message_id=delivery.message_id,
-                    detail=note,
-                )
-            if delivery.set_aside is not None:
-                aside.append(delivery)
-                continue
-            served.append(delivery)
-        # The answer as parsed (as big again as its payloads; any part of it keeps it all) goes
-        # before the calls below.
-        del received, results, item
-        self._book.seen(queue, [(d.name, d.message_id) for d in served])
-        gone = self._book.dropped_among(d.message_id for d in served)
-        if gone:
-            # Tasks deleted by name (or delivered again after their delete): never served.
-            foreign += [d.ack_id for d in served if d.message_id in gone]
-            served = [d for d in served if d.message_id not in gone]
-        deferred: dict[int, list[Delivery]] = defaultdict(list)
-        renew: list[Delivery] = []
-        ready: list[Delivery] = []
-        for delivery in served:
-            if delivery.eta is not None and delivery.eta > now:
-                if self._hand(queue).near_limits(delivery, now):
-                    renew.append(delivery)
-                else:
-                    wait_s = min(delivery.eta - now, self.settings.pubsub_max_deferral)
-                    deferred[math.ceil(wait_s)].append(delivery)
-                continue
-            ready.append(delivery)
-        if foreign:
-            # Stale ids are copies that went back to the subscription: dropped next time.
-            self.rpc.ack(source, foreign, queue=queue)
-        if aside:
-            self._republisher.set_aside(queue, topology, aside)
-        if renew:
-            # Without publish rights they are deferred in place, as if not near a limit.
-            for delivery in self._republisher.renew(queue, topology, renew):
-                wait_s = min((delivery.eta or now) - now, self.settings.pubsub_max_deferral)
-                deferred[max(math.ceil(wait_s), 0)].append(delivery)
-        for seconds, deliveries in deferred.items():
-            self.rpc.modify(source, [d.ack_id for d in deliveries], seconds, queue=queue)
-            self._book.skipped(deliveries)
-        if failure is not None:
-            # Another pull of this round failed: keep what came for the next call, then say so.
-            self._hand(queue).hold(ready)
-            raise failure
-        return ready
 
     def _one_per_name(
         self, queue: str, topology: QueueTopology, picked: list[Delivery]
@@ -1437,9 +753,7 @@ class PubSubBackend:
 
     def list_queues(self) -> list[str]:
         """The queues provisioned in the project (see pubsub/inventory.py)."""
-        from pullqueue.adapters.pubsub.inventory import provisioned_queues
-
-        return provisioned_queues(self)
+        return provisioned_queues(self.rpc, self.settings.pubsub_prefix)
 
     def queue_identity(self, queue: str) -> str:
         """The queue's topic (prefix included): what every spelling of the URL reaches."""
@@ -1482,15 +796,6 @@ class PubSubBackend:
             self.rpc.close()
             if self._close_names and self.names is not None:
                 self.names.close()
-
-
-def _age(delivery: Delivery) -> tuple[float, str]:
-    """Oldest first: by ETA (else publish time), then name."""
-    return (delivery.order, delivery.name)
-
-
-def _of_tag(tag: str) -> Wanted:
-    return lambda delivery: delivery.tag == tag
 
 
 def from_url(url: SplitResult, options: dict[str, Any]) -> PubSubBackend:

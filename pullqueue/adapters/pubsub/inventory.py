@@ -8,20 +8,15 @@ lists exactly the queues a worker could lease from, and nothing else in the proj
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pullqueue.adapters.pubsub.layout import WORKER_SUBSCRIPTION_FORMAT
-
-if TYPE_CHECKING:
-    from pullqueue.adapters.pubsub.backend import PubSubBackend
+from pullqueue.adapters.pubsub.rpc import PubSubRpc
 
 _SUFFIX = WORKER_SUBSCRIPTION_FORMAT.removeprefix("{prefix}{queue}")
 
 
-def provisioned_queues(backend: PubSubBackend) -> list[str]:
-    """The names of the queues provisioned in the backend's project (with its prefix), sorted."""
-    rpc = backend.rpc
-    prefix = backend.settings.pubsub_prefix
+def provisioned_queues(rpc: PubSubRpc, prefix: str) -> list[str]:
+    """The names of the queues provisioned in rpc's project under the resource-name `prefix`
+    (PULLQUEUE_PUBSUB_PREFIX), sorted."""
     project = f"projects/{rpc.project}"
 
     def listing(timeout: float) -> list[tuple[str, str]]:
