@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import threading
 import time
 from collections import defaultdict
@@ -17,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import SplitResult
 
+from pullqueue.adapters.pubsub.acks import AckRounds
 from pullqueue.adapters.pubsub.claims import ShardClaims
 from pullqueue.adapters.pubsub.duplicates import check_named, no_registry_error
 from pullqueue.adapters.pubsub.hand import Hand
@@ -28,10 +28,8 @@ from pullqueue.adapters.pubsub.pause import PauseMarks, paused_lease
 from pullqueue.adapters.pubsub.provision import Provisioner, QueueTopology
 from pullqueue.adapters.pubsub.pulls import PullRounds, of_tag
 from pullqueue.adapters.pubsub.republish import Republisher
-from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PubSubRpc
+from pullqueue.adapters.pubsub.rpc import PubSubRpc
 from pullqueue.adapters.pubsub.wire import (
-    Delivery,
-    by_subscription,
     encode,
     new_task_name,
 )
@@ -54,8 +52,6 @@ PUBLISH_WAVE_BYTES = 3 * PUBLISH_REQUEST_BYTES
 """Bytes of messages an add has in flight at once (its publish requests run side by side)."""
 PUBLISH_TIME_RESOLUTION = 0.002
 """Seconds a purge waits after its cut so later tasks get a later publish time (ms precision)."""
-SAME_DEADLINE = 0.25
-"""Seconds a lease may end early to reuse the deadline its pull set (saving one call)."""
 LEASE_TOKEN_SLACK = 1e-6
 """Seconds a task's ETA may differ from its lease's end and still name that lease (datetimes
 carry microseconds, lease ends are floats)."""
@@ -106,9 +102,13 @@ class PubSubBackend:
         )
         self._book = LeaseBook()
         self._republisher = Republisher(self.rpc, self._book)
+        self._acks = AckRounds(
+            settings, self.rpc, self._book, self._hand, names, lambda: self._keeper.poke()
+        )
+        """The lease's ack and modify rounds (pubsub/acks.py): grant, renewals, deletes' acks."""
         self._keeper = LeaseKeeper(
             self._book,
-            self._renew,
+            self._acks.renew,
             self._settle_due,
             self._next_release,
             settings.pubsub_keeper_period,
@@ -139,6 +139,7 @@ class PubSubBackend:
         # server) serves the lease calls' pulls as well.
         self._rpc = rpc
         self._pulls.rpc = rpc
+        self._acks.rpc = rpc
 
     def now(self) -> float:
         return time.time()
@@ -291,7 +292,7 @@ class PubSubBackend:
                 picked = self._pulls.lease_any(queue, topology, max_tasks, began, end)
         if group_by_tag and tag is None and not picked:
             picked = self._pulls.await_claimants(queue, topology, max_tasks, end)
-        return self._grant(queue, topology, picked, lease_seconds)
+        return self._acks.grant(queue, topology, picked, lease_seconds)
 
     def set_paused(self, queue: str, paused: bool) -> None:
         """Pause or resume the queue: its marker topic (pubsub/pause.py)."""
@@ -301,138 +302,6 @@ class PubSubBackend:
         """When the queue was paused, None while it runs (a copy at most the pause check old)."""
         self.topology(queue)
         return self._pauses.paused_since(queue, fresh=fresh)
-
-    def _one_per_name(
-        self, queue: str, topology: QueueTopology, picked: list[Delivery]
-    ) -> list[Delivery]:
-        """The picked deliveries less any whose name came earlier in them; those are held for
-        the next lease call.
-
-        Without a name registry two messages may carry one name (a producer's retried add, a
-        foreign publisher). A lease hands out each name once, as on the legacy queue, so a
-        worker's batch can be deleted in one call and bookkeeping by name stays exact.
-        """
-        names: set[str] = set()
-        unique: list[Delivery] = []
-        repeated: list[Delivery] = []
-        for delivery in picked:
-            (repeated if delivery.name in names else unique).append(delivery)
-            names.add(delivery.name)
-        self._hand(queue).hold(repeated)
-        return unique
-
-    def _grant(
-        self, queue: str, topology: QueueTopology, picked: list[Delivery], lease_seconds: float
-    ) -> list[Task]:
-        """Set the picked deliveries' ack deadlines to the lease and record the leases."""
-        picked = self._drop_deleted(queue, picked)
-        if not picked:
-            return []
-        picked.sort(key=lambda d: (d.order, d.name))
-        picked = self._one_per_name(queue, topology, picked)
-        limits = [d for d in picked if self._over_retry_limit(d)]
-        if limits:
-            self._expire(queue, limits)
-            picked = [d for d in picked if not self._over_retry_limit(d)]
-        seconds = self._deadline_for(lease_seconds)
-        now = time.time()
-        expires = now + lease_seconds
-        # A delivery whose pull-time deadline (known only when read from the subscription)
-        # already ends when the lease should, within SAME_DEADLINE and never after, needs no
-        # modifyAckDeadline: its lease ends at that deadline.
-        as_pulled: dict[str, float] = {}
-        by_source: dict[str, list[str]] = defaultdict(list)
-        for delivery in picked:
-            deadline = topology.ack_deadlines.get(delivery.subscription)
-            pulled_end = delivery.pulled_at + deadline if deadline is not None else -1.0
-            if expires - SAME_DEADLINE <= pulled_end <= expires:
-                as_pulled[delivery.ack_id] = pulled_end
-            else:
-                by_source[delivery.subscription].append(delivery.ack_id)
-        stale: set[str] = set()
-        # Every subscription's deadlines side by side: one round trip, not one per subscription.
-        answers = self.rpc.run_each(
-            [
-                functools.partial(self.rpc.modify, source, ack_ids, seconds, queue=queue)
-                for source, ack_ids in by_source.items()
-            ]
-        )
-        for answer in answers:
-            if isinstance(answer, Error):
-                self._hand(queue).hold(picked)
-                raise answer
-            stale |= answer
-        leases = []
-        for delivery in picked:
-            end = as_pulled.get(delivery.ack_id)
-            if end is not None:
-                leases.append(Lease(queue, delivery, expires=end, held_until=end))
-            elif delivery.ack_id not in stale:
-                leases.append(Lease(queue, delivery, expires=expires, held_until=now + seconds))
-        self._book.add(leases)
-        if lease_seconds > MAX_ACK_DEADLINE:
-            self._keeper.poke()
-        counts = self._book.retry_counts([lease.delivery for lease in leases])
-        return [
-            Task.restore(
-                payload=lease.delivery.payload,
-                name=lease.delivery.name,
-                tag=lease.delivery.tag,
-                eta_posix=lease.expires,
-                retry_count=count,
-                lease_token=lease.ack_id,
-                queue_name=queue,
-            )
-            for lease, count in zip(leases, counts, strict=True)
-        ]
-
-    def _drop_deleted(self, queue: str, picked: list[Delivery]) -> list[Delivery]:
-        """The picked deliveries less those whose task was deleted by name (acked unseen).
-
-        A process that deletes a task it holds no lease on cannot ack it; it tombstones the name
-        (in the registry when there is one, else in this process), and whoever is delivered the
-        task next drops it here, just before it would be handed out.
-        """
-        if not picked:
-            return picked
-        gone = self._book.dropped_among(d.message_id for d in picked)
-        if self.names is not None:
-            try:
-                tombstoned = self.names.tombstoned(queue, [d.name for d in picked])
-            except Error:
-                self._hand(queue).hold(picked)
-                raise
-            gone |= {d.message_id for d in picked if d.name in tombstoned}
-        if not gone:
-            return picked
-        dropped = [d for d in picked if d.message_id in gone]
-        self._book.drop(gone)
-        for source, items in by_subscription(dropped).items():
-            self.rpc.ack(source, [d.ack_id for d in items], queue=queue)
-        log.info(
-            "queue %r: dropped %d delivered tasks deleted by name (first %r)",
-            queue,
-            len(dropped),
-            dropped[0].name,
-        )
-        return [d for d in picked if d.message_id not in gone]
-
-    def _over_retry_limit(self, delivery: Delivery) -> bool:
-        limit = delivery.retry_limit
-        return limit is not None and self._book.retry_count(delivery) > limit
-
-    def _expire(self, queue: str, deliveries: list[Delivery]) -> None:
-        """Delete tasks whose retry limit is used up instead of leasing them (legacy rule)."""
-        for source, items in by_subscription(deliveries).items():
-            self.rpc.ack(source, [d.ack_id for d in items], queue=queue)
-        if self.names is not None:
-            self.names.tombstone(queue, [d.name for d in deliveries])
-
-    def _deadline_for(self, lease_seconds: float) -> int:
-        """The ack deadline a lease starts with: all of it up to 600 s, else one window."""
-        if lease_seconds <= MAX_ACK_DEADLINE:
-            return math.ceil(lease_seconds)
-        return math.ceil(self.settings.pubsub_lease_window)
 
     def _settle_due(self, now: float) -> None:
         """The keeper's pass over the hands: settle held deliveries whose time is up."""
@@ -444,35 +313,6 @@ class PubSubBackend:
         times = [hand.next_release() for hand in list(self._hands.values())]
         return min((t for t in times if t is not None), default=None)
 
-    def _renew(self, due: list[Lease]) -> None:
-        """The keeper's renewal: extend each due lease by a window, or to its end if sooner."""
-        locked = [lease for lease in due if lease.lock.acquire(blocking=False)]
-        try:
-            now = time.time()
-            groups: dict[tuple[str, str, int], list[Lease]] = defaultdict(list)
-            for lease in locked:
-                if not lease.needs_keeper() or not self._book.holds(lease):
-                    continue
-                window = min(lease.expires - now, self.settings.pubsub_lease_window)
-                seconds = max(math.ceil(window), 0)
-                groups[(lease.queue, lease.delivery.subscription, seconds)].append(lease)
-            for (queue, source, seconds), leases in groups.items():
-                stale = self.rpc.modify(source, [le.ack_id for le in leases], seconds, queue=queue)
-                for lease in leases:
-                    if lease.ack_id in stale:
-                        lease.lost = True
-                        log.warning(
-                            "queue %r, task %r: Pub/Sub took the lease back before it ended"
-                            " (renewed too late); the holder will get TaskLeaseExpiredError",
-                            queue,
-                            lease.delivery.name,
-                        )
-                    else:
-                        lease.held_until = now + seconds
-        finally:
-            for lease in locked:
-                lease.lock.release()
-
     # Changing and ending leases
 
     def modify_lease(self, queue: str, task: Task, lease_seconds: float) -> None:
@@ -480,7 +320,7 @@ class PubSubBackend:
         with lease.lock:
             now = time.time()
             self._check_current(lease, task, now)
-            seconds = self._deadline_for(lease_seconds)
+            seconds = self._acks.deadline_for(lease_seconds)
             source = lease.delivery.subscription
             if self.rpc.modify(source, [lease.ack_id], seconds, queue=queue):
                 self._book.remove(lease)
@@ -576,7 +416,7 @@ class PubSubBackend:
                 results[i] = done
         deleted: list[str] = []
         try:
-            self._ack_leases(queue, tasks, by_source, results, failures, deleted)
+            self._acks.ack_leases(queue, tasks, by_source, results, failures, deleted)
         finally:
             if self.names is not None and deleted:
                 self.names.tombstone(queue, deleted)
@@ -607,70 +447,6 @@ class PubSubBackend:
             done = [bool(ids) for ids in live]
         self._book.drop(m for ids, ok in zip(live, done, strict=True) if ok for m in ids)
         return done
-
-    def _ack_leases(
-        self,
-        queue: str,
-        tasks: Sequence[Task],
-        by_source: dict[str, list[tuple[int, Lease]]],
-        results: list[bool],
-        failures: list[Error],
-        deleted: list[str],
-    ) -> None:
-        """Acknowledge leases, one call per subscription and all side by side (one round trip
-        on the service, not one per subscription), filling results, failures and deleted names.
-
-        Every lease is locked first, in one order for every thread, so a lease released or
-        deleted by another thread meanwhile is left out."""
-        locked = sorted(
-            ((i, lease) for items in by_source.values() for i, lease in items),
-            key=lambda item: item[1].ack_id,
-        )
-        for _, lease in locked:
-            lease.lock.acquire()
-        try:
-            current = self._book.holding([lease for _, lease in locked])
-            sources = [
-                (source, [(i, le) for i, le in items if le.ack_id in current])
-                for source, items in by_source.items()
-            ]
-            sources = [(source, items) for source, items in sources if items]
-            answers = self.rpc.run_each(
-                [
-                    functools.partial(
-                        self.rpc.ack, source, [le.ack_id for _, le in items], queue=queue
-                    )
-                    for source, items in sources
-                ]
-            )
-            unanswered: Error | None = None
-            for (_source, items), stale in zip(sources, answers, strict=True):
-                if isinstance(stale, Error):
-                    unanswered = unanswered or stale
-                    continue
-                acked = [le for _, le in items if le.ack_id not in stale]
-                self._book.remove_all(acked, deleted=True)
-                self._book.drop(le.delivery.message_id for le in acked)
-                self._book.remove_all([le for _, le in items if le.ack_id in stale])
-                for i, lease in items:
-                    if lease.ack_id in stale:
-                        failures.append(
-                            TaskLeaseExpiredError(
-                                "Pub/Sub refused the delete: the lease ended and the task may"
-                                " be with another holder now; it stays in the queue",
-                                queue=queue,
-                                task=tasks[i].name,
-                            )
-                        )
-                    else:
-                        results[i] = True
-                        deleted.append(lease.delivery.name)
-            if unanswered is not None:
-                # The other subscriptions' acks are counted above; this one's tasks stay leased.
-                raise unanswered
-        finally:
-            for _, lease in locked:
-                lease.lock.release()
 
     @staticmethod
     def _no_lease(queue: str, task: Task) -> TaskLeaseExpiredError:

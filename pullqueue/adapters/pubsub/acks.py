@@ -1,0 +1,279 @@
+"""The ack and modifyAckDeadline rounds of the Pub/Sub backend: a lease's grant, the keeper's
+renewals and a delete's acks, each one call per subscription, side by side.
+
+backend.py keeps the Backend methods and the pulls are pubsub/pulls.py's; what turns delivered
+messages into leases and leases into deleted tasks is here (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+from pullqueue.adapters.pubsub.hand import Hand
+from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
+from pullqueue.adapters.pubsub.provision import QueueTopology
+from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PubSubRpc
+from pullqueue.adapters.pubsub.wire import Delivery, by_subscription
+from pullqueue.config import Settings
+from pullqueue.dedupe.base import NameRegistry
+from pullqueue.errors import Error, TaskLeaseExpiredError
+from pullqueue.task import Task
+
+log = logging.getLogger(__name__)
+
+SAME_DEADLINE = 0.25
+"""Seconds a lease may end early to reuse the deadline its pull set (saving one call)."""
+
+
+class AckRounds:
+    """A backend's acks and ack-deadline changes: leases granted, renewed and acked.
+
+    `hand` gives a queue's hand (pubsub/hand.py), `names` is the backend's name registry (if
+    any) and `poke` wakes the lease keeper.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        rpc: PubSubRpc,
+        book: LeaseBook,
+        hand: Callable[[str], Hand],
+        names: NameRegistry | None,
+        poke: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.rpc = rpc
+        self._book = book
+        self._hand = hand
+        self.names = names
+        self._poke = poke
+
+    def _one_per_name(
+        self, queue: str, topology: QueueTopology, picked: list[Delivery]
+    ) -> list[Delivery]:
+        """The picked deliveries less any whose name came earlier in them; those are held for
+        the next lease call.
+
+        Without a name registry two messages may carry one name (a producer's retried add, a
+        foreign publisher). A lease hands out each name once, as on the legacy queue, so a
+        worker's batch can be deleted in one call and bookkeeping by name stays exact.
+        """
+        names: set[str] = set()
+        unique: list[Delivery] = []
+        repeated: list[Delivery] = []
+        for delivery in picked:
+            (repeated if delivery.name in names else unique).append(delivery)
+            names.add(delivery.name)
+        self._hand(queue).hold(repeated)
+        return unique
+
+    def grant(
+        self, queue: str, topology: QueueTopology, picked: list[Delivery], lease_seconds: float
+    ) -> list[Task]:
+        """Set the picked deliveries' ack deadlines to the lease and record the leases."""
+        picked = self._drop_deleted(queue, picked)
+        if not picked:
+            return []
+        picked.sort(key=lambda d: (d.order, d.name))
+        picked = self._one_per_name(queue, topology, picked)
+        limits = [d for d in picked if self._over_retry_limit(d)]
+        if limits:
+            self._expire(queue, limits)
+            picked = [d for d in picked if not self._over_retry_limit(d)]
+        seconds = self.deadline_for(lease_seconds)
+        now = time.time()
+        expires = now + lease_seconds
+        # A delivery whose pull-time deadline (known only when read from the subscription)
+        # already ends when the lease should, within SAME_DEADLINE and never after, needs no
+        # modifyAckDeadline: its lease ends at that deadline.
+        as_pulled: dict[str, float] = {}
+        by_source: dict[str, list[str]] = defaultdict(list)
+        for delivery in picked:
+            deadline = topology.ack_deadlines.get(delivery.subscription)
+            pulled_end = delivery.pulled_at + deadline if deadline is not None else -1.0
+            if expires - SAME_DEADLINE <= pulled_end <= expires:
+                as_pulled[delivery.ack_id] = pulled_end
+            else:
+                by_source[delivery.subscription].append(delivery.ack_id)
+        stale: set[str] = set()
+        # Every subscription's deadlines side by side: one round trip, not one per subscription.
+        answers = self.rpc.run_each(
+            [
+                functools.partial(self.rpc.modify, source, ack_ids, seconds, queue=queue)
+                for source, ack_ids in by_source.items()
+            ]
+        )
+        for answer in answers:
+            if isinstance(answer, Error):
+                self._hand(queue).hold(picked)
+                raise answer
+            stale |= answer
+        leases = []
+        for delivery in picked:
+            end = as_pulled.get(delivery.ack_id)
+            if end is not None:
+                leases.append(Lease(queue, delivery, expires=end, held_until=end))
+            elif delivery.ack_id not in stale:
+                leases.append(Lease(queue, delivery, expires=expires, held_until=now + seconds))
+        self._book.add(leases)
+        if lease_seconds > MAX_ACK_DEADLINE:
+            self._poke()
+        counts = self._book.retry_counts([lease.delivery for lease in leases])
+        return [
+            Task.restore(
+                payload=lease.delivery.payload,
+                name=lease.delivery.name,
+                tag=lease.delivery.tag,
+                eta_posix=lease.expires,
+                retry_count=count,
+                lease_token=lease.ack_id,
+                queue_name=queue,
+            )
+            for lease, count in zip(leases, counts, strict=True)
+        ]
+
+    def _drop_deleted(self, queue: str, picked: list[Delivery]) -> list[Delivery]:
+        """The picked deliveries less those whose task was deleted by name (acked unseen).
+
+        A process that deletes a task it holds no lease on cannot ack it; it tombstones the name
+        (in the registry when there is one, else in this process), and whoever is delivered the
+        task next drops it here, just before it would be handed out.
+        """
+        if not picked:
+            return picked
+        gone = self._book.dropped_among(d.message_id for d in picked)
+        if self.names is not None:
+            try:
+                tombstoned = self.names.tombstoned(queue, [d.name for d in picked])
+            except Error:
+                self._hand(queue).hold(picked)
+                raise
+            gone |= {d.message_id for d in picked if d.name in tombstoned}
+        if not gone:
+            return picked
+        dropped = [d for d in picked if d.message_id in gone]
+        self._book.drop(gone)
+        for source, items in by_subscription(dropped).items():
+            self.rpc.ack(source, [d.ack_id for d in items], queue=queue)
+        log.info(
+            "queue %r: dropped %d delivered tasks deleted by name (first %r)",
+            queue,
+            len(dropped),
+            dropped[0].name,
+        )
+        return [d for d in picked if d.message_id not in gone]
+
+    def _over_retry_limit(self, delivery: Delivery) -> bool:
+        limit = delivery.retry_limit
+        return limit is not None and self._book.retry_count(delivery) > limit
+
+    def _expire(self, queue: str, deliveries: list[Delivery]) -> None:
+        """Delete tasks whose retry limit is used up instead of leasing them (legacy rule)."""
+        for source, items in by_subscription(deliveries).items():
+            self.rpc.ack(source, [d.ack_id for d in items], queue=queue)
+        if self.names is not None:
+            self.names.tombstone(queue, [d.name for d in deliveries])
+
+    def deadline_for(self, lease_seconds: float) -> int:
+        """The ack deadline a lease starts with: all of it up to 600 s, else one window."""
+        if lease_seconds <= MAX_ACK_DEADLINE:
+            return math.ceil(lease_seconds)
+        return math.ceil(self.settings.pubsub_lease_window)
+
+    def renew(self, due: list[Lease]) -> None:
+        """The keeper's renewal: extend each due lease by a window, or to its end if sooner."""
+        locked = [lease for lease in due if lease.lock.acquire(blocking=False)]
+        try:
+            now = time.time()
+            groups: dict[tuple[str, str, int], list[Lease]] = defaultdict(list)
+            for lease in locked:
+                if not lease.needs_keeper() or not self._book.holds(lease):
+                    continue
+                window = min(lease.expires - now, self.settings.pubsub_lease_window)
+                seconds = max(math.ceil(window), 0)
+                groups[(lease.queue, lease.delivery.subscription, seconds)].append(lease)
+            for (queue, source, seconds), leases in groups.items():
+                stale = self.rpc.modify(source, [le.ack_id for le in leases], seconds, queue=queue)
+                for lease in leases:
+                    if lease.ack_id in stale:
+                        lease.lost = True
+                        log.warning(
+                            "queue %r, task %r: Pub/Sub took the lease back before it ended"
+                            " (renewed too late); the holder will get TaskLeaseExpiredError",
+                            queue,
+                            lease.delivery.name,
+                        )
+                    else:
+                        lease.held_until = now + seconds
+        finally:
+            for lease in locked:
+                lease.lock.release()
+
+    def ack_leases(
+        self,
+        queue: str,
+        tasks: Sequence[Task],
+        by_source: dict[str, list[tuple[int, Lease]]],
+        results: list[bool],
+        failures: list[Error],
+        deleted: list[str],
+    ) -> None:
+        """Acknowledge leases, one call per subscription and all side by side (one round trip
+        on the service, not one per subscription), filling results, failures and deleted names.
+
+        Every lease is locked first, in one order for every thread, so a lease released or
+        deleted by another thread meanwhile is left out."""
+        locked = sorted(
+            ((i, lease) for items in by_source.values() for i, lease in items),
+            key=lambda item: item[1].ack_id,
+        )
+        for _, lease in locked:
+            lease.lock.acquire()
+        try:
+            current = self._book.holding([lease for _, lease in locked])
+            sources = [
+                (source, [(i, le) for i, le in items if le.ack_id in current])
+                for source, items in by_source.items()
+            ]
+            sources = [(source, items) for source, items in sources if items]
+            answers = self.rpc.run_each(
+                [
+                    functools.partial(
+                        self.rpc.ack, source, [le.ack_id for _, le in items], queue=queue
+                    )
+                    for source, items in sources
+                ]
+            )
+            unanswered: Error | None = None
+            for (_source, items), stale in zip(sources, answers, strict=True):
+                if isinstance(stale, Error):
+                    unanswered = unanswered or stale
+                    continue
+                acked = [le for _, le in items if le.ack_id not in stale]
+                self._book.remove_all(acked, deleted=True)
+                self._book.drop(le.delivery.message_id for le in acked)
+                self._book.remove_all([le for _, le in items if le.ack_id in stale])
+                for i, lease in items:
+                    if lease.ack_id in stale:
+                        failures.append(
+                            TaskLeaseExpiredError(
+                                "Pub/Sub refused the delete: the lease ended and the task may"
+                                " be with another holder now; it stays in the queue",
+                                queue=queue,
+                                task=tasks[i].name,
+                            )
+                        )
+                    else:
+                        results[i] = True
+                        deleted.append(lease.delivery.name)
+            if unanswered is not None:
+                # The other subscriptions' acks are counted above; this one's tasks stay leased.
+                raise unanswered
+        finally:
+            for _, lease in locked:
+                lease.lock.release()
