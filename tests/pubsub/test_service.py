@@ -210,9 +210,11 @@ def test_the_first_lease_of_a_process_takes_few_rounds(
             leased = Queue("first", fresh).lease(60, 10)
         assert leased
         # What it reads at start-up, side by side: the queue topic (its shard count), then
-        # every subscription with the topics made sure of.
-        # (one more leaves room for threads slow to start on a loaded machine)
-        assert calls.rounds("GetTopic", "GetSubscription") <= 3, calls.by_method()
+        # every subscription with the topics made sure of: 2 rounds on an idle machine. On a
+        # loaded one a call of a round whose thread starts after another call of it answered
+        # counts as a round more (4 seen in a full run at load 12-30); one after another, as
+        # before, is 40 and more.
+        assert calls.rounds("GetTopic", "GetSubscription") <= 5, calls.by_method()
         # The target is 5; with partial pulls the lease itself takes a few rounds more.
         assert calls.rounds() <= 8, (calls.rounds(), calls.by_method())
     finally:
