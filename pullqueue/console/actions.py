@@ -83,15 +83,17 @@ def purge_queue(backend: Backend, queue: str) -> str:
     return f"purged queue {queue!r} (about {before.tasks:,} tasks; the backend estimates)"
 
 
-def redrive_dead_letters(backend: Backend, queue: str) -> str:
-    """Put every dead letter back on the queue, names, tags and ETAs kept."""
+def redrive_dead_letters(backend: Backend, queue: str, tag: str | None = None) -> str:
+    """Put every dead letter back on the queue (only those of `tag` when given), names, tags
+    and ETAs kept."""
     from pullqueue.adapters.pubsub import PubSubBackend
     from pullqueue.adapters.pubsub.deadletters import redrive
 
     if not isinstance(backend, PubSubBackend):
         raise ActionRefused(f"{backend.url} keeps no dead letters", queue=queue)
-    done = redrive(backend, queue, tag=None, limit=sys.maxsize)
-    said = f"put {done.redriven:,} dead letters back on queue {queue!r}"
+    done = redrive(backend, queue, tag=tag, limit=sys.maxsize)
+    which = "" if tag is None else f" with tag {tag!r}"
+    said = f"put {done.redriven:,} dead letters{which} back on queue {queue!r}"
     if done.resumed:
         said += f" ({done.resumed:,} more had been put back by an interrupted run)"
     if done.unresolved:

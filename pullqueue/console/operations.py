@@ -10,12 +10,11 @@ leaves the batches done done and the rest untouched, and running it again finish
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator, Mapping
 
 from pullqueue import pause as pausing
 from pullqueue.adapters.base import Backend, ListingBackend, PagingBackend
-from pullqueue.console.actions import ActionRefused
+from pullqueue.console.actions import ActionRefused, redrive_dead_letters
 from pullqueue.console.taskview import find_task, is_pubsub
 from pullqueue.errors import Error
 from pullqueue.inspection import iso
@@ -187,19 +186,7 @@ def run_tag_now(backend: Backend, queue: str, form: Mapping[str, str]) -> str:
 
 def redrive_tag(backend: Backend, queue: str, form: Mapping[str, str]) -> str:
     """Put the dead letters of one tag back on the queue (Pub/Sub), names, tags and ETAs kept."""
-    tag = _required(form, "tag", queue)
-    from pullqueue.adapters.pubsub import PubSubBackend
-    from pullqueue.adapters.pubsub.deadletters import redrive
-
-    if not isinstance(backend, PubSubBackend):
-        raise ActionRefused(f"{backend.url} keeps no dead letters", queue=queue)
-    done = redrive(backend, queue, tag=tag, limit=sys.maxsize)
-    said = f"put {done.redriven:,} dead letters with tag {tag!r} back on queue {queue!r}"
-    if done.resumed:
-        said += f" ({done.resumed:,} more had been put back by an interrupted run)"
-    if done.unresolved:
-        said += f"; {done.unresolved:,} copies from an interrupted run wait for their dead letter"
-    return said
+    return redrive_dead_letters(backend, queue, _required(form, "tag", queue))
 
 
 OPERATIONS: dict[str, Operation] = {
