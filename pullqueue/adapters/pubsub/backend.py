@@ -276,7 +276,12 @@ class PubSubBackend:
         # Every lease serves the hand in turn, one without tag too: a lease from any thread
         # sees every task the process holds, none being out in another thread's call.
         with self._hand(queue).serving(end):
-            if group_by_tag and tag is not None:
+            named = group_by_tag and tag is not None
+            # What pulls an earlier lease left running bring is in hand first (pubsub/pulls.py).
+            self._pulls.settle_flights(
+                topology.sources_of(tag) if named and tag is not None else topology.sources, end
+            )
+            if named and tag is not None:
                 picked = self._pulls.collect(
                     queue,
                     topology,

@@ -80,10 +80,46 @@ class PullRounds:
         time a pull's answer is given to arrive follows it (rpc.answer_time)."""
         self._in_flight: dict[str, int] = {}
         """Subscription -> pulls a lease answered without (run_until_useful) still running."""
+        self._flight_began: dict[str, float] = {}
+        """Subscription -> when (monotonic) the latest of those pulls began."""
         self._flight_lock = threading.Condition()
         self._searched: dict[str, float] = {}
         """Queue -> when (monotonic) a lease's probes last pulled every subscription of it
         patiently and found nothing."""
+
+    def settle_flights(self, sources: Sequence[str], end: float) -> None:
+        """Before a lease looks in the hand, wait for the pulls earlier leases left running on
+        `sources` (their tasks are out to them, then to the hand): a lease by tag would miss
+        its tag's tasks in such a pull and answer part of what waits.
+
+        Waits no longer than `end`; unless empty pulls are known to be answered at once (the
+        emulator), a pull is waited for no longer than a pull that brings tasks takes
+        (_late_allowance) after it began: later it is held empty (Pub/Sub), and waiting would
+        cost each lease the rest of the pull wait. A pull bringing tasks slower than that on
+        Pub/Sub still brings them after such a lease answered: to the next lease.
+        """
+        with self._flight_lock:
+            if not any(s in self._in_flight for s in sources):
+                return
+            quick = self.rpc.holds_empty_pulls is False
+            allowance = math.inf if quick else self._late_allowance()
+            while True:
+                now = time.monotonic()
+                running = [s for s in sources if s in self._in_flight]
+                until = min([end] + [self._flight_began[s] + allowance for s in running])
+                if not running or until <= now:
+                    return
+                self._flight_lock.wait(until - now)
+
+    def _late_allowance(self) -> float:
+        """Seconds after it began a pull that brings tasks is given to answer: NEXT_PULL_ROUNDS
+        of a recent answer's time, at least NEXT_PULL_LEAST, at most the pull wait."""
+        answered = self.rpc.answer_seconds
+        if answered is None:
+            return self.settings.pubsub_pull_wait
+        return min(
+            max(answered * NEXT_PULL_ROUNDS, NEXT_PULL_LEAST), self.settings.pubsub_pull_wait
+        )
 
     def await_claimants(
         self, queue: str, topology: QueueTopology, max_tasks: int, end: float
@@ -582,9 +618,12 @@ class PullRounds:
             for source in sources
         ]
 
+        began = time.monotonic()
+
         def flying(i: int) -> None:
             with self._flight_lock:
                 self._in_flight[sources[i]] = self._in_flight.get(sources[i], 0) + 1
+                self._flight_began[sources[i]] = began
 
         def late(i: int, result: list[Delivery] | Error | None) -> None:
             # A pull still running when the lease answered: what it brings is held for the
@@ -599,6 +638,7 @@ class PullRounds:
                     self._in_flight[sources[i]] -= 1
                     if not self._in_flight[sources[i]]:
                         del self._in_flight[sources[i]]
+                        del self._flight_began[sources[i]]
                     self._flight_lock.notify_all()
 
         results: Sequence[list[Delivery] | Error | Pending | None] = (

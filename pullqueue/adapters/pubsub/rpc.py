@@ -138,9 +138,9 @@ class PubSubRpc:
         self._pull_caps: dict[str, int] = {}
         """Subscription -> most messages a pull asks for, after an answer over the receive limit."""
         self._answer_seconds: float | None = None
-        self.holds_empty_pulls = False
+        self.holds_empty_pulls: bool | None = None
         """True when the last pull that found nothing was held to its deadline (Pub/Sub), False
-        when it was answered empty (the emulator)."""
+        when it was answered empty (the emulator), None before any pull found nothing."""
         self._executor: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
