@@ -75,6 +75,8 @@ class Grab:
     """Some shard's token was neither free nor this process's: another process holds it."""
     no_tokens: bool
     """No token and no census has ever come: the queue has none yet (drain unclaimed)."""
+    unseen: frozenset[int] = frozenset()
+    """Shards whose token the look neither saw free nor holds (another process may hold it)."""
 
 
 class ShardClaims:
@@ -103,11 +105,19 @@ class ShardClaims:
         return Claim.NO_TOKENS if grab.no_tokens else Claim.TAKEN
 
     def grab(
-        self, queue: str, subscription: str, topic: str, wanted: set[int], *, thorough: bool = False
+        self,
+        queue: str,
+        subscription: str,
+        topic: str,
+        wanted: set[int],
+        *,
+        thorough: bool = False,
+        pulls: int = CLAIM_PULLS,
     ) -> Grab:
         """Win the free tokens of the wanted shards (this process does not hold them yet) in one
         pull of the claims subscription, giving the others back; `thorough` pulls again while
-        tokens come (a pull may bring fewer than are free) even when a wanted one came."""
+        tokens come (a pull may bring fewer than are free) even when a wanted one came. At most
+        `pulls` pulls."""
         now = time.monotonic()
         seen = self._seen.setdefault(queue, {})
         received = self._pull(queue, subscription)
@@ -126,7 +136,7 @@ class ShardClaims:
         free: set[int] = set()
         censuses = 0
         batch = received
-        for _ in range(CLAIM_PULLS):
+        for pull in range(1, pulls + 1):
             pulled_at = time.monotonic()
             with self._lock:
                 held = self._held.setdefault(queue, {})
@@ -165,7 +175,8 @@ class ShardClaims:
                         give_back.append(item.ack_id)
             # A pull may bring fewer tokens than are free: keep looking (the ones in hand stay
             # out of the next pull) until the tokens come or no more do.
-            if not batch or (won and not thorough) or won >= wanted:
+            if not batch or (won and not thorough) or won >= wanted or pull == pulls:
+                # (A pull after the last would bring tokens nobody looks at: held a deadline.)
                 break
             batch = self._pull(queue, subscription)
         pulled_at = time.monotonic()
@@ -198,6 +209,7 @@ class ShardClaims:
         return Grab(
             won=won,
             elsewhere=len(free | holding) < shards,
+            unseen=frozenset(range(shards)) - free - holding,
             no_tokens=not received and not self._known(queue),
         )
 

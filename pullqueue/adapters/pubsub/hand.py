@@ -119,6 +119,8 @@ class Hand:
         self._elsewhere = 0.0
         """Until when (monotonic) another process is taken to hold a shard's token: the last
         look at the claims subscription saw a token neither free nor this process's."""
+        self._unseen: set[int] = set()
+        """The shards whose token that look did not see (claims_freed asks for them)."""
         self._grab_pause = 0.0
         """Until when (monotonic) looks at the claims subscription other than last looks wait."""
         self._whole: dict[str, tuple[int, int]] = {}
@@ -359,16 +361,44 @@ class Hand:
             won = self._won.get(source)
             return won is not None and now < won + CLAIM_SETTLE
 
-    def ask_claims_again(self) -> None:
+    def ask_claims_again(self) -> bool:
         """Ask again for the claims of the shards given back to other processes: one whose
-        claim this process wins now (its holder served it, or stopped) is probed again at once."""
+        claim this process wins now (its holder served it, or stopped) is probed again at once.
+        True when one was won."""
         now = time.monotonic()
         with self._lock:
             sources = sorted(s for s, until in self._claimed.items() if until > now)
+        won = False
         for source in sources:
             if self.may_drain(source):
+                won = True
                 with self._lock:
                     self._marks.pop(source, None)
+        return won
+
+    def claims_freed(self) -> bool:
+        """One pull of the claims subscription for the tokens the last look did not see (other
+        processes held them): True when this process won one now, its shard then probed at the
+        next look. An idle process waiting on other processes' claims asks this, a call or two,
+        rather than probe every subscription again."""
+        topology = self.topology
+        with self._lock:
+            wanted = set(self._unseen)
+        wanted -= self._claims.holding(self.queue)
+        if not wanted:
+            return False
+        grab = self._claims.grab(
+            self.queue, topology.claims, topology.claims_topic, wanted, pulls=1
+        )
+        now = time.monotonic()
+        with self._lock:
+            self._unseen -= grab.won
+            for k in grab.won:
+                source = topology.shards[k]
+                self._won[source] = now
+                self._claimed.pop(source, None)
+                self._marks.pop(source, None)
+        return bool(grab.won)
 
     def claimed_elsewhere(self) -> bool:
         """True while another live process is taken to serve tasks this process cannot: it
@@ -409,6 +439,7 @@ class Hand:
         with self._lock:
             if grab is not None:
                 self._elsewhere = now + CLAIMED_RECHECK if grab.elsewhere else 0.0
+                self._unseen = set(grab.unseen)
                 self._grab_pause = 0.0 if grab.won else now + GRAB_PAUSE
                 for k in grab.won:
                     self._won[topology.shards[k]] = now

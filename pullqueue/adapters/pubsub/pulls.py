@@ -125,22 +125,33 @@ class PullRounds:
         self, queue: str, topology: QueueTopology, max_tasks: int, end: float
     ) -> list[Delivery]:
         """Before a lease by oldest tag answers [] while other processes hold the claims of
-        shards it found tasks of, look again every CLAIMANT_POLL seconds for up to
-        CLAIMANT_WAIT (never past the deadline less two pull waits), asking for those claims
-        each time: a claim won (its holder served the shard, or stopped) lets this call drain
-        the shard. An idle worker asks a few times while another process serves its shards, not
-        once per pull. The hand is let go between looks, so other threads lease meanwhile."""
+        shards it found tasks of (or whose tokens its last look did not see free), ask for
+        those claims every CLAIMANT_POLL seconds for up to CLAIMANT_WAIT (never past the
+        deadline less two pull waits): a claim won (its holder served the shard, or stopped)
+        lets this call look again and drain the shard. The hand is let go between asks, so
+        other threads lease meanwhile.
+
+        An ask is one pull of the claims subscription and the give-back of the free tokens it
+        brought (at most 4 calls a second); the subscriptions are probed again only when a
+        claim is won: a look probes every one of them, held a pull wait each on Pub/Sub. A task
+        published meanwhile to a shard nobody holds is the next lease's.
+        """
         hand = self._hand(queue)
         give_up = min(time.monotonic() + CLAIMANT_WAIT, end - 2 * self.settings.pubsub_pull_wait)
         picked: list[Delivery] = []
-        while not picked and hand.claimed_elsewhere() and time.monotonic() < give_up:
+        # Whether another process holds claims is known after a look (not after a pull of the
+        # claims subscription alone, which may bring a share of the free tokens).
+        waiting = hand.claimed_elsewhere()
+        while not picked and waiting and time.monotonic() < give_up:
             time.sleep(max(min(CLAIMANT_POLL, give_up - time.monotonic()), 0.0))
-            last = time.monotonic() + CLAIMANT_POLL >= give_up
             with hand.serving_by(give_up) as free:
                 if not free:
                     break
-                hand.ask_claims_again()
-                picked = self._collect_oldest_group(queue, topology, max_tasks, end, last_look=last)
+                won = hand.ask_claims_again()
+                won = hand.claims_freed() or won
+                if won:
+                    picked = self._collect_oldest_group(queue, topology, max_tasks, end)
+                    waiting = hand.claimed_elsewhere()
         return picked
 
     def lease_oldest(
@@ -170,9 +181,13 @@ class PullRounds:
             picked = self._collect_oldest_group(queue, topology, max_tasks, end, last_look=last)
             if picked:
                 return picked
-            if self._searched.get(queue, -math.inf) >= looked:
+            if self._searched.get(queue, -math.inf) >= looked or (
+                self.rpc.holds_empty_pulls and time.monotonic() >= until
+            ):
                 # The look pulled every subscription for the whole pull wait (Pub/Sub holds an
-                # empty pull that long) and found nothing: it was the last look.
+                # empty pull that long), or those this process may pull until the wait was over,
+                # and found nothing: it was the last look. A process waiting on claims held
+                # elsewhere looks again in await_claimants.
                 last = True
             if last:
                 hand.found_nothing(looked, every_task=False)
@@ -549,7 +564,12 @@ class PullRounds:
             if s not in present and s not in remembered and (fresh or not held.marked(s, now))
         ]
         shards = set(topology.shards)
-        mine = held.grab([s for s in sources if s in shards], thorough=fresh, busy=bool(hand))
+        # A process with nothing in hand looks for every free token (a pull may bring a share of
+        # them): a token it did not see would count as another process's claim, and the call
+        # look again and wait for claims nobody holds.
+        mine = held.grab(
+            [s for s in sources if s in shards], thorough=fresh or not hand, busy=bool(hand)
+        )
         if mine is not None:
             sources = [s for s in sources if s not in shards or s in mine]
         if not sources:
