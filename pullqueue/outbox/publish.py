@@ -24,6 +24,9 @@ class Published:
     published: list[StagedTask] = field(default_factory=list)
     already: list[StagedTask] = field(default_factory=list)
     failed: list[tuple[StagedTask, Exception]] = field(default_factory=list)
+    live: list[StagedTask] = field(default_factory=list)
+    """Of `already`, those refused as existing (not tombstoned): with a name registry, the name
+    may be claimed by a publisher killed before Pub/Sub took the message."""
 
     @property
     def settled(self) -> list[StagedTask]:
@@ -60,6 +63,8 @@ def publish(backend: Backend, staged: Sequence[StagedTask]) -> Published:
                 result.published.append(item)
             elif isinstance(outcome, TaskAlreadyExistsError | TombstonedTaskError):
                 result.already.append(item)
+                if isinstance(outcome, TaskAlreadyExistsError):
+                    result.live.append(item)
             else:
                 result.failed.append((item, outcome))
     return result
@@ -67,7 +72,14 @@ def publish(backend: Backend, staged: Sequence[StagedTask]) -> Published:
 
 def publish_committed(backend: Backend, staged: Sequence[StagedTask]) -> set[str]:
     """Publish a committed transaction's tasks (`publish`), log each failure as left to the
-    sweeper, and answer the names settled: their staging can be deleted."""
+    sweeper, and answer the names settled: their staging can be deleted.
+
+    With a name registry (Pub/Sub), a name found held live is not settled: a sweeper claimed
+    it (this publish came after the grace period), and may have been killed between its claim
+    and its publish; its staging stays for the sweeper, which publishes such a task again
+    (sweep.py). Seen as committed tasks lost when a slow post-commit publish met a sweeper
+    killed mid-publish (tests/outbox/test_crash.py). Where an add is atomic (memory://, the
+    legacy queue) an existing name is a published task."""
     result = publish(backend, staged)
     for item, exc in result.failed:
         logger.warning(
@@ -76,4 +88,14 @@ def publish_committed(backend: Backend, staged: Sequence[StagedTask]) -> set[str
             item.name,
             exc,
         )
-    return {item.name for item in result.settled}
+    settled = result.settled
+    if getattr(backend, "names", None) is not None and result.live:
+        for item in result.live:
+            logger.info(
+                "queue %r, task %r: committed, its name already claimed (a sweeper publishes"
+                " it); left staged for the sweeper",
+                item.queue,
+                item.name,
+            )
+        settled = [item for item in settled if item not in result.live]
+    return {item.name for item in settled}

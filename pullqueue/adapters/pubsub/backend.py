@@ -290,6 +290,7 @@ class PubSubBackend:
                     end,
                     of_tag(tag),
                     rotate=False,
+                    hold=False,
                 )
             elif group_by_tag:
                 picked = self._pulls.lease_oldest(queue, topology, max_tasks, began, end)

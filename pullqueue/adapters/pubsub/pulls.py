@@ -270,12 +270,18 @@ class PullRounds:
         picked: list[Delivery] | None = None,
         *,
         rotate: bool = True,
+        hold: bool = True,
     ) -> list[Delivery]:
         """Up to max_tasks available deliveries `wanted` accepts: held ones first, then pulls.
 
         Sources are pulled in turn (`rotate`) or each until it is empty, in the order given.
         Deliveries pulled that are not wanted are held for this process's next lease calls; when
         the held buffer is full the scan stops rather than churn tasks back to Pub/Sub.
+
+        Without `hold` an empty subscription is waited on as once a call has tasks (_next_wait,
+        0.15-0.25 s), not the pull wait, even with nothing picked: a lease by a named tag, which
+        a per-tag cron calls for every tag, most of them empty (Pub/Sub holds an empty pull to
+        its deadline; a pull where tasks wait answers in a round trip).
         """
         hand = self._hand(queue)
         picked = picked if picked is not None else []
@@ -287,7 +293,7 @@ class PullRounds:
                 # one pull wait (Pub/Sub holds each empty pull that long), not one per source.
                 # As below: the rest of what a pull brings fills the hand for the next calls.
                 size = min(max_tasks + hand.room(), 1000)
-                found, active = self._pull_each(queue, topology, active, size, end, patient=True)
+                found, active = self._pull_each(queue, topology, active, size, end, patient=hold)
                 others: list[Delivery] = []
                 for delivery in found:
                     if len(picked) < max_tasks and wanted(delivery):
@@ -309,7 +315,7 @@ class PullRounds:
                     source,
                     want,
                     end,
-                    patient=not picked,
+                    patient=hold and not picked,
                     spread=True,
                 )
                 if ready is None:
