@@ -581,7 +581,24 @@ class PullRounds:
         if not sources:
             return []
         began = time.monotonic()
-        found, _ = self._pull_each(queue, topology, sources, PROBE_SIZE, end, patient=not hand)
+        # Where empty pulls are held (Pub/Sub), the round answers once probes brought tasks and
+        # the rest had half as long again (a pull where a task waits answers in a round trip;
+        # the others are held a pull wait): what those bring later is in hand for the next
+        # lease (settle_flights). Where they answer at once (the emulator) every probe is
+        # waited for: no head is missed when the oldest is chosen.
+        held_empty = self.rpc.holds_empty_pulls is True
+        found, _ = self._pull_each(
+            queue,
+            topology,
+            sources,
+            PROBE_SIZE,
+            end,
+            # With a task in hand or a head remembered, a probe only has to find an older one:
+            # it waits on an empty subscription as a call with tasks does, not the pull wait.
+            patient=not hand and not remembered,
+            spread=held_empty,
+            cut=held_empty,
+        )
         held_for = time.monotonic() - began
         if (
             not hand
