@@ -150,7 +150,10 @@ class PullRounds:
                 won = hand.ask_claims_again()
                 won = hand.claims_freed() or won
                 if won:
-                    picked = self._collect_oldest_group(queue, topology, max_tasks, end)
+                    # One look (the shards won are probed; the rest were looked at already).
+                    picked = self._collect_oldest_group(
+                        queue, topology, max_tasks, end, last_look=False
+                    )
                     waiting = hand.claimed_elsewhere()
         return picked
 
@@ -182,7 +185,7 @@ class PullRounds:
             if picked:
                 return picked
             if self._searched.get(queue, -math.inf) >= looked or (
-                self.rpc.holds_empty_pulls and time.monotonic() >= until
+                self.rpc.holds_empty_pulls and time.monotonic() + EMPTY_POLL >= until
             ):
                 # The look pulled every subscription for the whole pull wait (Pub/Sub holds an
                 # empty pull that long), or those this process may pull until the wait was over,

@@ -54,6 +54,10 @@ empty answer here), so every second added is a second more on each pull that fin
 deadline grows with the answer's expected size rather than by a fixed floor, and a pull of small
 messages keeps its wait as deadline.
 """
+HELD_EMPTY_SHARE = 0.8
+"""An empty answer after this share of the pull's wait was held by the server (Pub/Sub)."""
+HELD_EMPTY_LEAST = 0.1
+"""Seconds of wait below which an empty answer says nothing of holding (either way it is quick)."""
 LATE_SHARE = 0.5
 """Share of the time the first useful answer took that the other calls of a round get after it."""
 LATE_LEAST = 0.02
@@ -231,10 +235,14 @@ class PubSubRpc:
                     self._pull_caps[subscription] = max(size // 2, 1)
                     continue
                 received = list(pubsub_types.PullResponse.pb(response).received_messages)
+                took = time.monotonic() - began
                 if received:
-                    self._answered(time.monotonic() - began)
+                    self._answered(took)
                 else:
-                    self.holds_empty_pulls = False
+                    # An empty answer sent near the deadline was held too (a server may answer
+                    # [] just before the client's timer fires rather than let it pass).
+                    if wait >= HELD_EMPTY_LEAST:
+                        self.holds_empty_pulls = took >= HELD_EMPTY_SHARE * min(wait, timeout)
                 return received
 
         deadline = max(wait, answer_time(max_messages * message_bytes))
