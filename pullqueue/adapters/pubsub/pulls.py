@@ -78,6 +78,8 @@ class PullRounds:
         self._message_bytes: dict[str, int] = {}
         """Subscription -> the largest message of its last answer (or half the one before): the
         time a pull's answer is given to arrive follows it (rpc.answer_time)."""
+        self._full: dict[str, bool] = {}
+        """Subscription -> its last answer brought all it asked for (more than one message)."""
         self._in_flight: dict[str, int] = {}
         """Subscription -> pulls a lease answered without (run_until_useful) still running."""
         self._flight_began: dict[str, float] = {}
@@ -296,7 +298,12 @@ class PullRounds:
                 # one pull wait (Pub/Sub holds each empty pull that long), not one per source.
                 # As below: the rest of what a pull brings fills the hand for the next calls.
                 size = min(max_tasks + hand.room(), 1000)
-                found, active = self._pull_each(queue, topology, active, size, end, patient=hold)
+                # Without `hold`, where empty pulls are held, the round answers once a source
+                # brought tasks (the others' pulls go on to the hand, as a plain lease's do).
+                cut = not hold and self.rpc.holds_empty_pulls is True
+                found, active = self._pull_each(
+                    queue, topology, active, size, end, patient=hold, spread=cut, cut=cut
+                )
                 others: list[Delivery] = []
                 for delivery in found:
                     if len(picked) < max_tasks and wanted(delivery):
@@ -741,6 +748,10 @@ class PullRounds:
         # one costs a pull's wait and the least of that time on Pub/Sub, not the most.
         total = max(1, min(max_messages, 1000, fits)) if known is not None else 1
         parts = min(PARALLEL_PULLS, math.ceil(total / PULL_SHARE)) if spread else 1
+        if self.rpc.holds_empty_pulls is True and not self._full.get(source, False):
+            # Pulls side by side wait for the slowest, and on Pub/Sub an empty one is held:
+            # split only after an answer that brought all it asked for (more may wait).
+            parts = 1
         sizes = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
         pulled_at = time.time()
         results, failure = self.rpc.pull_many(
@@ -754,6 +765,7 @@ class PullRounds:
             message_bytes=known * beside if known is not None else SIZE_GUESS,
         )
         received = [item for result in results for item in result]
+        self._full[source] = total > 1 and len(received) >= total
         if not received:
             if failure is not None:
                 raise failure
