@@ -228,7 +228,14 @@ class PullRounds:
         share = math.ceil((max_tasks - len(picked)) / len(live))
         try:
             found, more = self._pull_each(
-                queue, topology, live, share, end, patient=not picked, spread=True
+                queue,
+                topology,
+                live,
+                share,
+                end,
+                patient=not picked,
+                spread=True,
+                brought=True,
             )
         except Error:
             hand.hold(picked)
@@ -633,6 +640,7 @@ class PullRounds:
         patient: bool,
         spread: bool = False,
         cut: bool = True,
+        brought: bool = False,
     ) -> tuple[list[Delivery], list[str]]:
         """Pull up to `size` from each source, side by side (an empty queue answers after one
         pull wait, not one per source): what came, and the sources that brought any.
@@ -695,7 +703,15 @@ class PullRounds:
                     self._flight_lock.notify_all()
 
         results: Sequence[list[Delivery] | Error | Pending | None] = (
-            self.rpc.run_until_useful(calls, bool, late, pending_hook=flying)
+            self.rpc.run_until_useful(
+                calls,
+                # `brought`: a round ends once a subscription answered with messages, even none
+                # to hand out yet (an ETA ahead): the next round pulls it again at once, rather
+                # than after the held empty pulls beside it.
+                (lambda r: r is not None) if brought else bool,
+                late,
+                pending_hook=flying,
+            )
             if spread and cut
             else self.rpc.run_each(calls)
         )

@@ -56,8 +56,9 @@ messages keeps its wait as deadline.
 """
 HELD_EMPTY_SHARE = 0.8
 """An empty answer after this share of the pull's wait was held by the server (Pub/Sub)."""
-HELD_EMPTY_LEAST = 0.1
-"""Seconds of wait below which an empty answer says nothing of holding (either way it is quick)."""
+HELD_EMPTY_LEAST = 0.5
+"""Seconds of wait below which an empty answer says nothing of holding: a loaded emulator can
+answer [] in a tenth of a second, never near a whole pull wait."""
 LATE_SHARE = 0.5
 """Share of the time the first useful answer took that the other calls of a round get after it."""
 LATE_LEAST = 0.02
