@@ -235,7 +235,7 @@ class PullRounds:
                 end,
                 patient=not picked,
                 spread=True,
-                brought=True,
+                any_answer=True,
             )
         except Error:
             hand.hold(picked)
@@ -640,7 +640,7 @@ class PullRounds:
         patient: bool,
         spread: bool = False,
         cut: bool = True,
-        brought: bool = False,
+        any_answer: bool = False,
     ) -> tuple[list[Delivery], list[str]]:
         """Pull up to `size` from each source, side by side (an empty queue answers after one
         pull wait, not one per source): what came, and the sources that brought any.
@@ -705,10 +705,10 @@ class PullRounds:
         results: Sequence[list[Delivery] | Error | Pending | None] = (
             self.rpc.run_until_useful(
                 calls,
-                # `brought`: a round ends once a subscription answered with messages, even none
+                # `any_answer`: a round ends once a subscription answered with messages, even none
                 # to hand out yet (an ETA ahead): the next round pulls it again at once, rather
                 # than after the held empty pulls beside it.
-                (lambda r: r is not None) if brought else bool,
+                (lambda r: r is not None) if any_answer else bool,
                 late,
                 pending_hook=flying,
             )
