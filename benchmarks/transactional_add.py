@@ -138,7 +138,8 @@ def _time_windows() -> list[float]:
 
     windows: list[float] = []
     published: list[float] = []
-    publish, delete = transactional.publish_committed, datastore_rpc.Connection.delete
+    publish = transactional.publish_committed  # type: ignore[attr-defined]
+    delete = datastore_rpc.Connection.delete
 
     def timed_publish(*args: Any) -> Any:
         result = publish(*args)
@@ -151,7 +152,7 @@ def _time_windows() -> list[float]:
             windows.append(time.perf_counter() - published.pop())
         return result
 
-    transactional.publish_committed = timed_publish  # type: ignore[assignment]
+    transactional.publish_committed = timed_publish  # type: ignore[attr-defined]
     datastore_rpc.Connection.delete = timed_delete
     return windows
 
