@@ -390,15 +390,18 @@ class Hand:
         grab = self._claims.grab(
             self.queue, topology.claims, topology.claims_topic, wanted, pulls=1
         )
-        now = time.monotonic()
         with self._lock:
             self._unseen -= grab.won
+            self._note_won(grab.won, time.monotonic())
             for k in grab.won:
-                source = topology.shards[k]
-                self._won[source] = now
-                self._claimed.pop(source, None)
-                self._marks.pop(source, None)
+                self._marks.pop(topology.shards[k], None)
         return bool(grab.won)
+
+    def _note_won(self, shards: Iterable[int], now: float) -> None:
+        """Record the shards whose claim this process won at `now` (under the state lock)."""
+        for k in shards:
+            self._won[self.topology.shards[k]] = now
+            self._claimed.pop(self.topology.shards[k], None)
 
     def claimed_elsewhere(self) -> bool:
         """True while another live process is taken to serve tasks this process cannot: it
@@ -441,9 +444,7 @@ class Hand:
                 self._elsewhere = now + CLAIMED_RECHECK if grab.elsewhere else 0.0
                 self._unseen = set(grab.unseen)
                 self._grab_pause = 0.0 if grab.won else now + GRAB_PAUSE
-                for k in grab.won:
-                    self._won[topology.shards[k]] = now
-                    self._claimed.pop(topology.shards[k], None)
+                self._note_won(grab.won, now)
         mine = self._claims.holding(self.queue) & wanted
         return {topology.shards[k] for k in mine}
 

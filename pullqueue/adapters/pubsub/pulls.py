@@ -96,15 +96,16 @@ class PullRounds:
 
         Waits no longer than `end`; unless empty pulls are known to be answered at once (the
         emulator), a pull is waited for no longer than a pull that brings tasks takes
-        (_late_allowance) after it began: later it is held empty (Pub/Sub), and waiting would
+        (_answer_allowance) after it began: later it is held empty (Pub/Sub), and waiting would
         cost each lease the rest of the pull wait. A pull bringing tasks slower than that on
         Pub/Sub still brings them after such a lease answered: to the next lease.
         """
         with self._flight_lock:
             if not any(s in self._in_flight for s in sources):
                 return
+            wait = self.settings.pubsub_pull_wait
             quick = self.rpc.holds_empty_pulls is False
-            allowance = math.inf if quick else self._late_allowance()
+            allowance = math.inf if quick else self._answer_allowance(wait)
             while True:
                 now = time.monotonic()
                 running = [s for s in sources if s in self._in_flight]
@@ -112,16 +113,6 @@ class PullRounds:
                 if not running or until <= now:
                     return
                 self._flight_lock.wait(until - now)
-
-    def _late_allowance(self) -> float:
-        """Seconds after it began a pull that brings tasks is given to answer: NEXT_PULL_ROUNDS
-        of a recent answer's time, at least NEXT_PULL_LEAST, at most the pull wait."""
-        answered = self.rpc.answer_seconds
-        if answered is None:
-            return self.settings.pubsub_pull_wait
-        return min(
-            max(answered * NEXT_PULL_ROUNDS, NEXT_PULL_LEAST), self.settings.pubsub_pull_wait
-        )
 
     def await_claimants(
         self, queue: str, topology: QueueTopology, max_tasks: int, end: float
@@ -545,10 +536,15 @@ class PullRounds:
         NEXT_PULL_WAIT, or less where pulls that bring messages answer quickly (NEXT_PULL_ROUNDS
         of their time, at least NEXT_PULL_LEAST). Pub/Sub holds an empty pull to its deadline:
         a subscription drained to empty costs this much each time."""
+        return self._answer_allowance(NEXT_PULL_WAIT)
+
+    def _answer_allowance(self, most: float) -> float:
+        """Seconds a pull that brings messages is given to answer: NEXT_PULL_ROUNDS of a recent
+        answer's time, at least NEXT_PULL_LEAST, at most `most` (`most` before any answer)."""
         answered = self.rpc.answer_seconds
         if answered is None:
-            return NEXT_PULL_WAIT
-        return min(NEXT_PULL_WAIT, max(answered * NEXT_PULL_ROUNDS, NEXT_PULL_LEAST))
+            return most
+        return min(most, max(answered * NEXT_PULL_ROUNDS, NEXT_PULL_LEAST))
 
     def _pull_bytes(self) -> int:
         """Most bytes one round of pulls asks for (pubsub_pull_bytes, within a hand's worth)."""
