@@ -13,6 +13,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from pullqueue.adapters.pubsub.hand import Hand
 from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
@@ -25,6 +26,9 @@ from pullqueue.errors import Error, TaskLeaseExpiredError
 from pullqueue.task import Task
 
 log = logging.getLogger(__name__)
+
+Early = Callable[[list[Delivery]], Callable[[], list[Delivery]]]
+"""AckRounds.early_grant's: start setting deliveries' deadlines; the call that waits for it."""
 
 SAME_DEADLINE = 0.25
 """Seconds a lease may end early to reuse the deadline its pull set (saving one call)."""
@@ -136,6 +140,55 @@ class AckRounds:
             )
             for lease, count in zip(leases, counts, strict=True)
         ]
+
+    def early_grant(
+        self, queue: str, topology: QueueTopology, lease_seconds: float
+    ) -> Early | None:
+        """What sets the ack deadline of held deliveries a lease call took from the hand to
+        the lease's while the call pulls more, side by side (rather than a round trip after
+        them, in grant); None when grant could not rely on it (the subscriptions' deadlines
+        unread, or a lease longer than an ack deadline).
+
+        It starts the calls and returns what waits for them: the deliveries, those whose
+        deadline was set with their pull time moved so that it and the subscription's deadline
+        end where the new deadline does (as after a pull). grant then makes no call for them
+        when it comes within SAME_DEADLINE of the calls; a failed or refused one is left as it
+        was, for grant to set (or drop) as before.
+        """
+        if lease_seconds > MAX_ACK_DEADLINE or not topology.ack_deadlines:
+            return None
+        seconds = self.deadline_for(lease_seconds)
+
+        def begin(deliveries: list[Delivery]) -> Callable[[], list[Delivery]]:
+            at = time.time()
+            groups = by_subscription(deliveries)
+            calls = {
+                source: self.rpc.start(
+                    functools.partial(
+                        self.rpc.modify, source, [d.ack_id for d in items], seconds, queue=queue
+                    )
+                )
+                for source, items in groups.items()
+            }
+
+            def done() -> list[Delivery]:
+                out: list[Delivery] = []
+                for source, items in groups.items():
+                    deadline = topology.ack_deadlines.get(source)
+                    try:
+                        stale = calls[source].result()
+                    except Error:
+                        stale = None
+                    if stale is None or deadline is None:
+                        out += items
+                        continue
+                    moved = at + seconds - deadline
+                    out += [d if d.ack_id in stale else replace(d, pulled_at=moved) for d in items]
+                return out
+
+            return done
+
+        return begin
 
     def _drop_deleted(self, queue: str, picked: list[Delivery]) -> list[Delivery]:
         """The picked deliveries less those whose task was deleted by name (acked unseen).

@@ -295,7 +295,14 @@ class PubSubBackend:
             elif group_by_tag:
                 picked = self._pulls.lease_oldest(queue, topology, max_tasks, began, end)
             else:
-                picked = self._pulls.lease_any(queue, topology, max_tasks, began, end)
+                picked = self._pulls.lease_any(
+                    queue,
+                    topology,
+                    max_tasks,
+                    began,
+                    end,
+                    self._acks.early_grant(queue, topology, lease_seconds),
+                )
         if group_by_tag and tag is None and not picked:
             picked = self._pulls.await_claimants(queue, topology, max_tasks, end)
         return self._acks.grant(queue, topology, picked, lease_seconds)

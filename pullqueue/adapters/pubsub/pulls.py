@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
+from pullqueue.adapters.pubsub.acks import Early
 from pullqueue.adapters.pubsub.hand import Hand, Wanted
 from pullqueue.adapters.pubsub.leases import LeaseBook
 from pullqueue.adapters.pubsub.provision import QueueTopology
@@ -47,6 +48,16 @@ EMPTY_POLL = 0.25
 """Seconds between the looks of a lease by oldest tag that found nothing, until the pull wait."""
 PROBE_SIZE = 1
 """Messages a lease by oldest tag pulls from each subscription it holds nothing from."""
+SPLIT_LEAST = 10
+"""Where empty pulls are held, messages a subscription's last answer brought per pull a big
+pull is split into (after an answer that brought fewer than asked; see _pull)."""
+OVER_ASK_MOST = 4.0
+"""Most times what a lease needs that its first round asks for, where pulls bring a share of
+what waits (Pub/Sub; see _shares)."""
+OVER_ASK_MARGIN = 1.5
+"""What a round asks beyond what it needs over the answers' lately share (see _shares)."""
+FULL_YIELD = 0.95
+"""A share of what they asked for at which answers count as bringing all (no asking more)."""
 SIZE_GUESS = 2**20
 """Bytes per message assumed of a subscription nothing was pulled from yet (the legacy limit of
 a task); after a pull, the largest message it brought, or an eighth of the guess before if more."""
@@ -78,8 +89,11 @@ class PullRounds:
         self._message_bytes: dict[str, int] = {}
         """Subscription -> the largest message of its last answer (or half the one before): the
         time a pull's answer is given to arrive follows it (rpc.answer_time)."""
-        self._full: dict[str, bool] = {}
-        """Subscription -> its last answer brought all it asked for (more than one message)."""
+        self._last: dict[str, tuple[int, int]] = {}
+        """Subscription -> (asked, brought) of its last pull's answer."""
+        self._yield: float | None = None
+        """Share of what they asked for that answers bringing messages brought, lately (1 on
+        the emulator while messages wait; about a half where pulls bring a random share)."""
         self._in_flight: dict[str, int] = {}
         """Subscription -> pulls a lease answered without (run_until_useful) still running."""
         self._flight_began: dict[str, float] = {}
@@ -191,7 +205,13 @@ class PullRounds:
             time.sleep(EMPTY_POLL)
 
     def lease_any(
-        self, queue: str, topology: QueueTopology, max_tasks: int, began: float, end: float
+        self,
+        queue: str,
+        topology: QueueTopology,
+        max_tasks: int,
+        began: float,
+        end: float,
+        early: Early | None = None,
     ) -> list[Delivery]:
         """_collect_any; a call that waited for the hand while another thread's look found
         nothing (begun after this call, nothing held or given back since) answers [] at once,
@@ -200,29 +220,39 @@ class PullRounds:
         if hand.found_nothing_since(began, every_task=True):
             return []
         looked = time.monotonic()
-        picked = self._collect_any(queue, topology, max_tasks, end)
+        picked = self._collect_any(queue, topology, max_tasks, end, early)
         if not picked:
             hand.found_nothing(looked, every_task=True)
         return picked
 
     def _collect_any(
-        self, queue: str, topology: QueueTopology, max_tasks: int, end: float
+        self,
+        queue: str,
+        topology: QueueTopology,
+        max_tasks: int,
+        end: float,
+        early: Early | None = None,
     ) -> list[Delivery]:
         """Up to max_tasks of any tag: held ones, then a share of the rest from every
         subscription side by side (so an empty queue answers after one pull wait, not one per
-        subscription), then more from those that brought any."""
+        subscription), then more from those that brought any.
+
+        `early` (AckRounds.early_grant) sets the held ones' deadlines to the lease's while the
+        pulls run: the grant then needs no round trip for them.
+        """
         hand = self._hand(queue)
         picked = hand.take(None, max_tasks)
         if len(picked) >= max_tasks:
             return picked
+        granting = early(picked) if early is not None and picked else None
+        taken = len(picked)
         live = self._rotate(topology)
-        share = math.ceil((max_tasks - len(picked)) / len(live))
         try:
             found, more = self._pull_each(
                 queue,
                 topology,
                 live,
-                share,
+                self._shares(live, max_tasks - len(picked), hand.room()),
                 end,
                 patient=not picked,
                 spread=True,
@@ -237,10 +267,10 @@ class PullRounds:
         # Then rounds side by side of those that brought any (their pulls wait _next_wait on
         # an empty one): one after another they would cost that wait each.
         while more and len(picked) < max_tasks and time.monotonic() < end:
-            share = math.ceil((max_tasks - len(picked)) / len(more))
+            shares = self._shares(more, max_tasks - len(picked), hand.room())
             try:
                 found, more = self._pull_each(
-                    queue, topology, more, share, end, patient=False, spread=True, cut=False
+                    queue, topology, more, shares, end, patient=False, spread=True, cut=False
                 )
             except Error:
                 hand.hold(picked)
@@ -248,6 +278,8 @@ class PullRounds:
             picked += found
             if not found:
                 break
+        if granting is not None:
+            picked = granting() + picked[taken:]
         # What pulls left running brought meanwhile.
         picked += hand.take(None, max(max_tasks - len(picked), 0))
         if len(picked) > max_tasks:
@@ -255,6 +287,26 @@ class PullRounds:
             hand.hold(picked[max_tasks:])
             return picked[:max_tasks]
         return picked
+
+    def _shares(self, sources: list[str], need: int, room: int) -> dict[str, int]:
+        """How many of `need` tasks a round of pulls asks each source for: the sources whose
+        last answer brought messages share it (all do when none did; the others are asked for
+        an even share of it, in case tasks came since), and where pulls bring a share of what
+        waits (Pub/Sub: it answers a pull with some of what waits; not the emulator, which answers
+        empty pulls at once and brings all it is asked for while messages wait) they are
+        asked for as many more as answers lately fell short, up to OVER_ASK_MOST times, so one
+        round brings what the call needs: what comes beyond it is held (within `room`) for the
+        next calls."""
+        busy = [s for s in sources if self._last.get(s, (0, 0))[1] > 0] or sources
+        factor = 1.0
+        got = self._yield
+        if self.rpc.holds_empty_pulls is not False and got is not None and got < FULL_YIELD:
+            # Half as many again as the answers' average share: each brings a random share.
+            factor = min(OVER_ASK_MARGIN / max(got, 0.01), OVER_ASK_MOST)
+        even = math.ceil(need / len(sources))
+        most = math.ceil((need + max(room, 0)) / len(busy))
+        each = max(min(math.ceil(need * factor / len(busy)), most), even)
+        return {s: each if s in busy else even for s in sources}
 
     def _rotate(self, topology: QueueTopology) -> list[str]:
         """The queue's subscriptions, starting one further each call so none is starved."""
@@ -630,7 +682,7 @@ class PullRounds:
         queue: str,
         topology: QueueTopology,
         sources: list[str],
-        size: int,
+        size: int | Mapping[str, int],
         end: float,
         *,
         patient: bool,
@@ -638,8 +690,9 @@ class PullRounds:
         cut: bool = True,
         any_answer: bool = False,
     ) -> tuple[list[Delivery], list[str]]:
-        """Pull up to `size` from each source, side by side (an empty queue answers after one
-        pull wait, not one per source): what came, and the sources that brought any.
+        """Pull up to `size` (of each, when a mapping) from each source, side by side (an empty
+        queue answers after one pull wait, not one per source): what came, and the sources
+        that brought any.
 
         A source that brought nothing is not asked again for EMPTY_RECHECK seconds. When a pull
         fails, what the others brought is held and the first failure raised.
@@ -666,7 +719,13 @@ class PullRounds:
                 queue,
                 topology,
                 source,
-                max(1, min(size, self._fitting(source, share))),
+                max(
+                    1,
+                    min(
+                        size if isinstance(size, int) else size[source],
+                        self._fitting(source, share),
+                    ),
+                ),
                 end,
                 patient=patient,
                 spread=spread,
@@ -760,10 +819,13 @@ class PullRounds:
         # one costs a pull's wait and the least of that time on Pub/Sub, not the most.
         total = max(1, min(max_messages, 1000, fits)) if known is not None else 1
         parts = min(PARALLEL_PULLS, math.ceil(total / PULL_SHARE)) if spread else 1
-        if self.rpc.holds_empty_pulls is True and not self._full.get(source, False):
+        asked, brought = self._last.get(source, (0, 0))
+        if self.rpc.holds_empty_pulls is True and not (asked > 1 and brought >= asked):
             # Pulls side by side wait for the slowest, and on Pub/Sub an empty one is held:
-            # split only after an answer that brought all it asked for (more may wait).
-            parts = 1
+            # split after an answer that brought all it asked for (more may wait), else into
+            # no more parts than a tenth of what the last answer brought (a pull brings a
+            # share of what waits: that many waited then, and the share of each is unknown).
+            parts = min(parts, max(1, brought // SPLIT_LEAST))
         sizes = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
         pulled_at = time.time()
         results, failure = self.rpc.pull_many(
@@ -777,7 +839,10 @@ class PullRounds:
             message_bytes=known * beside if known is not None else SIZE_GUESS,
         )
         received = [item for result in results for item in result]
-        self._full[source] = total > 1 and len(received) >= total
+        self._last[source] = (total, len(received))
+        if received and total > 1:
+            share = min(len(received) / total, 1.0)
+            self._yield = share if self._yield is None else 0.8 * self._yield + 0.2 * share
         if not received:
             if failure is not None:
                 raise failure

@@ -379,6 +379,10 @@ class PubSubRpc:
                 results.append(_outcome(future))
         return results
 
+    def start(self, call: Callable[[], T]) -> Future[T]:
+        """Run the call in the background (beside the calling thread's own calls)."""
+        return self._pool().submit(call)
+
     def _pool(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._executor is None:
