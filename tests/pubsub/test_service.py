@@ -118,6 +118,26 @@ def test_a_delete_over_many_subscriptions_is_one_round(
     assert calls.rounds("Acknowledge") == 1, calls.by_method()
 
 
+def test_a_plain_lease_and_its_delete_take_few_rounds(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """Pulls bring a random share of what they ask for: one round still brings the batch (it
+    asks for more, keeping the rest in hand), and held tasks it answers with get their lease
+    beside the pulls: a pull round, then the acks (the legacy queue: a call each)."""
+    queue = Queue("plain-rounds", backend)
+    for _ in range(30):
+        queue.add(tagged(100, 50))
+    queue.delete(queue.lease(60, 100))  # the first lease
+    rounds = []
+    for _ in range(5):
+        with layer.counting() as calls:
+            leased = queue.lease(60, 100)
+            queue.delete(leased)
+        assert len(leased) == 100
+        rounds.append(calls.rounds())
+    assert sorted(rounds)[2] <= 3, rounds
+
+
 def test_an_add_over_many_tags_is_one_round(layer: RealisticPubSub, backend: PubSubBackend) -> None:
     queue = Queue("adds", backend)
     queue.stats()
