@@ -116,8 +116,8 @@ class ShardClaims:
     ) -> Grab:
         """Win the free tokens of the wanted shards (this process does not hold them yet) in one
         pull of the claims subscription, giving the others back; `thorough` pulls again while
-        tokens come (a pull may bring fewer than are free) even when a wanted one came. At most
-        `pulls` pulls."""
+        tokens come (a pull may bring fewer than are free) until every token was seen, even
+        when the wanted ones came. At most `pulls` pulls."""
         now = time.monotonic()
         seen = self._seen.setdefault(queue, {})
         received = self._pull(queue, subscription)
@@ -173,9 +173,16 @@ class ShardClaims:
                         won.add(number)
                     else:
                         give_back.append(item.ack_id)
+                seen_all = len(free | set(held)) >= shards
             # A pull may bring fewer tokens than are free: keep looking (the ones in hand stay
-            # out of the next pull) until the tokens come or no more do.
-            if not batch or (won and not thorough) or won >= wanted or pull == pulls:
+            # out of the next pull) until the tokens come or no more do; a `thorough` look
+            # until it saw every token (an unseen one counts as another process's claim).
+            if (
+                not batch
+                or pull == pulls
+                or (thorough and seen_all)
+                or (not thorough and (won or won >= wanted))
+            ):
                 # (A pull after the last would bring tokens nobody looks at: held a deadline.)
                 break
             batch = self._pull(queue, subscription)

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from pullqueue.adapters.pubsub.claims import Claim, ShardClaims
+from pullqueue.adapters.pubsub.claims import Claim, Grab, ShardClaims
 from pullqueue.adapters.pubsub.leases import LeaseBook
 from pullqueue.adapters.pubsub.provision import QueueTopology
 from pullqueue.adapters.pubsub.republish import Republisher
@@ -393,6 +393,7 @@ class Hand:
         with self._lock:
             self._unseen -= grab.won
             self._note_won(grab.won, time.monotonic())
+            self._note_free(grab)
             for k in grab.won:
                 self._marks.pop(topology.shards[k], None)
         return bool(grab.won)
@@ -402,6 +403,16 @@ class Hand:
         for k in shards:
             self._won[self.topology.shards[k]] = now
             self._claimed.pop(self.topology.shards[k], None)
+
+    def _note_free(self, grab: Grab) -> None:
+        """Forget the claims taken to be other processes' whose token the look saw free (or
+        this process holds): a pull of the claims subscription brings a share of the free
+        tokens, so one claim may have been taken for another process's on a share without it,
+        and a process alone would then wait on a claim nobody holds (under the state lock)."""
+        shards = self.topology.shards
+        for k in range(len(shards)):
+            if k not in grab.unseen:
+                self._claimed.pop(shards[k], None)
 
     def claimed_elsewhere(self) -> bool:
         """True while another live process is taken to serve tasks this process cannot: it
@@ -445,6 +456,7 @@ class Hand:
                 self._unseen = set(grab.unseen)
                 self._grab_pause = 0.0 if grab.won else now + GRAB_PAUSE
                 self._note_won(grab.won, now)
+                self._note_free(grab)
         mine = self._claims.holding(self.queue) & wanted
         return {topology.shards[k] for k in mine}
 
