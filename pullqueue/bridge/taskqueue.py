@@ -38,6 +38,9 @@ SERVED = (
 """The taskqueue methods the bridge serves: every call the SDKs make for pull queues."""
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+STAMP_USEC = 500_000
+"""Microseconds before an add arrives within which a task's ETA is the SDK's stamp of an
+immediate task (see _task), not an ETA the app chose."""
 
 
 class TaskQueueService:
@@ -140,13 +143,14 @@ class TaskQueueService:
             return self.outbox.add(queue, adds)
         codes: list[int] = []
         tasks: list[Task | None] = []
+        arrived = round(queue.backend.now() * USEC)
         for add in adds:
             try:
                 if add.queue_name != adds[0].queue_name:
                     raise ApplicationFailure(
                         Code.INVALID_REQUEST, "the tasks of one add are for different queues"
                     )
-                candidate = _task(add)
+                candidate = _task(add, arrived)
                 queue._check_add([candidate])
             except Error as exc:
                 codes.append(code_of(exc))
@@ -334,19 +338,29 @@ def _parse(kind: Any, request: bytes) -> Any:
         ) from None
 
 
-def _task(add: Any) -> Task:
-    """The pullqueue Task an add request describes (its checks raise the legacy errors)."""
+def _task(add: Any, arrived: int | None = None) -> Task:
+    """The pullqueue Task an add request describes (its checks raise the legacy errors).
+
+    The SDKs send an ETA with every task, an immediate one stamped with the time it was built
+    (Python) or added (Go): an ETA up to STAMP_USEC before the add `arrived` (microseconds on
+    the backend's clock) is that stamp, and the task is added as compat adds an immediate task,
+    due at the add, without an ETA. Kept, the stamps would order every task apart, where the
+    tasks of one compat add share their add's moment: on Pub/Sub each lease by the oldest tag
+    then drained a shard of its own (docs/bridge.md).
+    """
     name = _text(add.task_name, Code.INVALID_TASK_NAME, "task name") or None
     tag = _text(add.tag, Code.INVALID_TAG, "tag") or None if add.HasField("tag") else None
     if add.eta_usec < 0:
         raise ApplicationFailure(Code.INVALID_ETA, "the ETA is before 1970-01-01")
+    limit = None
+    if add.HasField("retry_parameters") and add.retry_parameters.HasField("retry_limit"):
+        limit = add.retry_parameters.retry_limit
+    if arrived is not None and arrived - STAMP_USEC < add.eta_usec <= arrived:
+        return Task(add.body, name=name, tag=tag, retry_limit=limit)
     try:
         eta = _EPOCH + dt.timedelta(microseconds=add.eta_usec)
     except OverflowError:
         raise ApplicationFailure(Code.INVALID_ETA, "the ETA is out of range") from None
-    limit = None
-    if add.HasField("retry_parameters") and add.retry_parameters.HasField("retry_limit"):
-        limit = add.retry_parameters.retry_limit
     return Task(add.body, name=name, tag=tag, eta=eta, retry_limit=limit)
 
 
