@@ -91,6 +91,11 @@ class ShardClaims:
         self._seen: dict[str, dict[int, float]] = {}
         self._census: dict[str, float] = {}
         """Queue -> when (monotonic) this process last saw its census message."""
+        self._owed: dict[str, list[str]] = {}
+        """Queue -> ack ids a deferred grab owes back, the census among them (see release)."""
+        self._owed_tokens: dict[str, dict[int, _Token]] = {}
+        """Queue -> the tokens a deferred grab owes back, by shard: a later grab in the same
+        call takes the ones it wants from here, without a pull (see grab)."""
         self._unseen: set[str] = set()
         """Queues whose claims subscription this process looked at long and found no token in."""
         self._started = time.monotonic()
@@ -113,13 +118,36 @@ class ShardClaims:
         *,
         thorough: bool = False,
         pulls: int = CLAIM_PULLS,
+        defer: bool = False,
     ) -> Grab:
         """Win the free tokens of the wanted shards (this process does not hold them yet) in one
         pull of the claims subscription, giving the others back; `thorough` pulls again while
         tokens come (a pull may bring fewer than are free) until every token was seen, even
-        when the wanted ones came. At most `pulls` pulls."""
+        when the wanted ones came. At most `pulls` pulls.
+
+        With `defer` the tokens and census to give back go back with the next release of
+        this queue's tokens (one call for both; the caller releases before it returns), not in
+        a call of their own now."""
         now = time.monotonic()
         seen = self._seen.setdefault(queue, {})
+        with self._lock:
+            # Tokens owed back from a look a moment ago in this call are still this process's:
+            # the wanted ones are won from there, the others count as seen free.
+            owed = self._owed_tokens.get(queue, {})
+            held = self._held.setdefault(queue, {})
+            from_owed = {k for k in wanted if k in owed}
+            for k in from_owed:
+                held[k] = owed.pop(k)
+            owed_free = set(owed) | from_owed
+            if from_owed and from_owed == wanted:
+                known = owed_free | set(held)
+                return Grab(
+                    won=from_owed,
+                    elsewhere=len(known) < self.shards(queue),
+                    unseen=frozenset(range(self.shards(queue))) - known,
+                    no_tokens=False,
+                )
+        wanted = wanted - from_owed
         received = self._pull(queue, subscription)
         if not received and not self._known(queue) and queue not in self._unseen:
             # Other processes may have all free tokens in hand for a moment: look again.
@@ -131,9 +159,10 @@ class ShardClaims:
                 self._unseen.add(queue)
         shards = self.shards(queue)
         give_back: list[str] = []
+        owed_tokens: dict[int, _Token] = {}
         duplicates: list[str] = []
-        won: set[int] = set()
-        free: set[int] = set()
+        won: set[int] = set(from_owed)
+        free: set[int] = set(owed_free)
         censuses = 0
         batch = received
         for pull in range(1, pulls + 1):
@@ -171,6 +200,14 @@ class ShardClaims:
                             item.message.message_id,
                         )
                         won.add(number)
+                    elif defer and number is not None:
+                        stamp = item.message.publish_time
+                        owed_tokens[number] = _Token(
+                            item.ack_id,
+                            pulled_at + CLAIM_DEADLINE,
+                            stamp.seconds + stamp.nanos / 1e9,
+                            item.message.message_id,
+                        )
                     else:
                         give_back.append(item.ack_id)
                 seen_all = len(free | set(held)) >= shards
@@ -187,7 +224,15 @@ class ShardClaims:
                 break
             batch = self._pull(queue, subscription)
         pulled_at = time.monotonic()
-        if give_back:
+        if defer:
+            with self._lock:
+                self._owed.setdefault(queue, []).extend(give_back)
+                tokens = self._owed_tokens.setdefault(queue, {})
+                # A token owed already and pulled again (its ack id changed): the new one.
+                gone = [tokens[k].ack_id for k in owed_tokens if k in tokens]
+                self._owed[queue] += gone
+                tokens.update(owed_tokens)
+        elif give_back:
             self.rpc.modify(subscription, give_back, 0, queue=queue)
         if duplicates:
             log.info("queue %r: removing %d duplicate claim message(s)", queue, len(duplicates))
@@ -270,18 +315,19 @@ class ShardClaims:
     def release(
         self, queue: str, subscription: str, topic: str, shards: set[int], renew_before: float
     ) -> None:
-        """Give the shards' tokens back; one published before renew_before (POSIX seconds, near
-        the end of the subscription's retention) is replaced by a fresh token instead."""
+        """Give the shards' tokens back, with what a deferred grab owes back; one published
+        before renew_before (POSIX seconds, near the end of the subscription's retention) is
+        replaced by a fresh token instead."""
         with self._lock:
             held = self._held.get(queue, {})
             tokens = {k: held.pop(k) for k in shards if k in held}
-        if not tokens:
-            return
+            owed = self._owed.pop(queue, [])
+            owed += [t.ack_id for t in self._owed_tokens.pop(queue, {}).values()]
         old = [k for k, token in tokens.items() if token.published < renew_before]
         if old:
             self.publish(queue, topic, old)
             self.rpc.ack(subscription, [tokens[k].ack_id for k in old], queue=queue)
-        back = [token.ack_id for k, token in tokens.items() if k not in old]
+        back = owed + [token.ack_id for k, token in tokens.items() if k not in old]
         if back:
             self.rpc.modify(subscription, back, 0, queue=queue)
 

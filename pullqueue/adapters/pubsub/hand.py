@@ -440,12 +440,15 @@ class Hand:
             now = time.monotonic()
             paused = not thorough and (now < self._grab_pause or (busy and now < self._elsewhere))
         if wanted - holding and not paused:
+            # The census and the tokens not wanted go back with the tokens the look releases
+            # (_collect_oldest_group ends with release_claims): one call, not one more round.
             grab = self._claims.grab(
                 self.queue,
                 topology.claims,
                 topology.claims_topic,
                 wanted - holding,
                 thorough=thorough,
+                defer=True,
             )
             if grab.no_tokens:
                 return None
@@ -495,8 +498,6 @@ class Hand:
         holding = self._claims.holding(self.queue)
         in_hand = self.sources()
         with self._lock:
-            if not self._unclaimed and not holding:
-                return
             self._unclaimed &= in_hand
         done = {k for k in holding if topology.shards[k] not in in_hand}
         renew_before = time.time() - topology.retention / 2

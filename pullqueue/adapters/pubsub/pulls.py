@@ -278,6 +278,11 @@ class PullRounds:
             picked += found
             if not found:
                 break
+        if len(picked) < max_tasks:
+            # Short of the batch: the pulls the first round left running may be bringing
+            # tasks (on a loaded machine an answer with tasks can come after the round ended);
+            # they are waited for as long as such an answer takes, not a held empty pull's wait.
+            self.settle_flights(live, end)
         if granting is not None:
             picked = granting() + picked[taken:]
         # What pulls left running brought meanwhile.
