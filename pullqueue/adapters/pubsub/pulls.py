@@ -91,6 +91,8 @@ class PullRounds:
         time a pull's answer is given to arrive follows it (rpc.answer_time)."""
         self._last: dict[str, tuple[int, int]] = {}
         """Subscription -> (asked, brought) of its last pull's answer."""
+        self._emptied: dict[str, bool] = {}
+        """Subscription -> its last pull was in parts and one of them brought nothing."""
         self._yield: float | None = None
         """Share of what they asked for that answers bringing messages brought, lately (1 on
         the emulator while messages wait; about a half where pulls bring a random share)."""
@@ -348,16 +350,24 @@ class PullRounds:
         picked += hand.take(wanted, max_tasks - len(picked))
         active = list(sources)
         try:
-            if not picked and len(active) > 1 and wanted is not None:
-                # Nothing in hand: every source at once, so a tag with no task waiting costs
-                # one pull wait (Pub/Sub holds each empty pull that long), not one per source.
-                # As below: the rest of what a pull brings fills the hand for the next calls.
-                size = min(max_tasks + hand.room(), 1000)
+            if len(active) > 1 and wanted is not None:
+                # Every source at once, so a tag with no task waiting costs one pull wait
+                # (Pub/Sub holds each empty pull that long), not one per source; with tasks in
+                # hand, one short wait (_next_wait), not one per source. As below: the rest of
+                # what a pull brings fills the hand for the next calls.
+                size = min(max_tasks - len(picked) + hand.room(), 1000)
                 # Without `hold`, where empty pulls are held, the round answers once a source
                 # brought tasks (the others' pulls go on to the hand, as a plain lease's do).
                 cut = not hold and self.rpc.holds_empty_pulls is True
                 found, active = self._pull_each(
-                    queue, topology, active, size, end, patient=hold, spread=cut, cut=cut
+                    queue,
+                    topology,
+                    active,
+                    size,
+                    end,
+                    patient=hold and not picked,
+                    spread=cut,
+                    cut=cut,
                 )
                 others: list[Delivery] = []
                 for delivery in found:
@@ -583,6 +593,11 @@ class PullRounds:
                     return found, True
                 found += ready
                 room_bytes -= sum(d.size for d in ready)
+                if self._emptied.get(source) and len(found) < room:
+                    # A part of the pull came back empty: the rest came with the others (a
+                    # pull more would be held its wait on Pub/Sub, to find nothing).
+                    held.mark_empty(source)
+                    return found, True
         except Error:
             held.hold(found)
             raise
@@ -825,7 +840,10 @@ class PullRounds:
         total = max(1, min(max_messages, 1000, fits)) if known is not None else 1
         parts = min(PARALLEL_PULLS, math.ceil(total / PULL_SHARE)) if spread else 1
         asked, brought = self._last.get(source, (0, 0))
-        if self.rpc.holds_empty_pulls is True and not (asked > 1 and brought >= asked):
+        if self._emptied.get(source):
+            # A part of its last pull found nothing: what waits fits one pull.
+            parts = 1
+        elif self.rpc.holds_empty_pulls is True and not (asked > 1 and brought >= asked):
             # Pulls side by side wait for the slowest, and on Pub/Sub an empty one is held:
             # split after an answer that brought all it asked for (more may wait), else into
             # no more parts than a tenth of what the last answer brought (a pull brings a
@@ -845,6 +863,9 @@ class PullRounds:
         )
         received = [item for result in results for item in result]
         self._last[source] = (total, len(received))
+        # A part that found nothing while others brought messages: nothing more waited then
+        # (on Pub/Sub that part was held until its wait ended).
+        self._emptied[source] = len(results) > 1 and not all(results)
         if received and total > 1:
             share = min(len(received) / total, 1.0)
             self._yield = share if self._yield is None else 0.8 * self._yield + 0.2 * share
