@@ -68,6 +68,16 @@ def test_on_pubsub_the_client_sees_what_it_sees_on_the_sdk(
     assert _observe(scenario, "pubsub", fail_first_lease) == legacy
 
 
+@pytest.mark.parametrize("scenario", QUICK)
+def test_through_the_service_layer_the_client_sees_what_it_sees_on_the_sdk(scenario: str) -> None:
+    """The same on a Pub/Sub that answers like the service (tests/support/realpubsub.py: round
+    trips, partial pulls, filters, held empty pulls, the cap): its pulls bring a share of what
+    waits and an empty one is held, and the client must still see what it saw on the SDK.
+    benchmarks/clients_service.py times these runs against the bare emulator."""
+    legacy = _observe(scenario, "sdk")
+    assert _observe(scenario, "layer") == legacy
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["memory", "pubsub"])
 def test_a_big_window_comes_out_whole_as_on_the_sdk(backend: str) -> None:
