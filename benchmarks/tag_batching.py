@@ -67,6 +67,12 @@ pull whose answer came after the client's deadline hides its messages for their 
 QUEUE = "tagbench"
 WORK_IDLE = 5.0
 """--work: a `pullqueue work` process exits after this long without a task."""
+RAW_MAX = 100
+"""--raw: max_messages of each raw client pull."""
+RAW_PULL_TIMEOUT = 2.0
+"""--raw: seconds a raw pull waits (held, on the layer, while nothing waits); a worker stops once
+the acks counted across processes reach the queue's size."""
+RAW_SUBSCRIPTION = "tagbench-raw"
 WORK_LEASE_RATE = 1000
 """--work: PULLQUEUE_LEASE_REQUESTS_PER_SECOND, high enough that the legacy client-side cap of 10
 lease calls a second does not decide the drain time (the benchmark's own loop has no cap)."""
@@ -186,15 +192,23 @@ def work(
     return batches, empty
 
 
+Batches = list[tuple[float, list[str], list[str]]]
+
+
 def work_threads(
     queue: object, threads: int, stop_after_idle: float, progress: Progress, **options: Any
-) -> tuple[list[tuple[float, list[str], list[str]]], int]:
+) -> tuple[Batches, int]:
     """work() in `threads` threads of this process at once; their batches and empty leases."""
-    results: list[tuple[list[tuple[float, list[str], list[str]]], int]] = []
+    return run_threads(threads, lambda: work(queue, stop_after_idle, progress, **options))
+
+
+def run_threads(threads: int, loop: Callable[[], tuple[Batches, int]]) -> tuple[Batches, int]:
+    """`loop` in `threads` threads of this process at once; their batches and empty leases."""
+    results: list[tuple[Batches, int]] = []
     lock = threading.Lock()
 
     def run() -> None:
-        result = work(queue, stop_after_idle, progress, **options)
+        result = loop()
         with lock:
             results.append(result)
 
@@ -210,6 +224,82 @@ def name_of(task: Any) -> str:
     """The task's name as the benchmark wrote it (its payload, less the padding)."""
     payload = task.payload
     return payload.decode().rstrip(" ") if isinstance(payload, bytes) else str(payload).rstrip()
+
+
+def raw_work(subscriber: Any, subscription: str, progress: Progress) -> tuple[Batches, int, int]:
+    """The raw google-cloud-pubsub client's loop: pull(max_messages=RAW_MAX) + acknowledge until
+    `progress` says every process's acks add up to the whole queue; (time of ack, names, tags)
+    per non-empty pull, the empty pulls while tasks were left, and the calls made."""
+    from google.api_core import exceptions
+
+    batches: Batches = []
+    empty = calls = 0
+    while not progress.drained():
+        calls += 1
+        try:
+            answer = subscriber.pull(
+                request={"subscription": subscription, "max_messages": RAW_MAX},
+                timeout=RAW_PULL_TIMEOUT,
+            )
+        except (exceptions.DeadlineExceeded, exceptions.ServiceUnavailable):
+            received = []
+        else:
+            received = list(answer.received_messages)
+        if not received:
+            if not progress.drained():
+                empty += 1
+            continue
+        calls += 1
+        subscriber.acknowledge(
+            request={"subscription": subscription, "ack_ids": [m.ack_id for m in received]},
+            timeout=30,
+        )
+        names = [m.message.data.decode() for m in received]
+        tags = [m.message.attributes.get("tag", "") for m in received]
+        batches.append((time.time(), names, tags))
+        progress.add(len(received))
+    return batches, empty, calls
+
+
+def raw_clients() -> tuple[Any, Any]:
+    """The raw google-cloud-pubsub publisher and subscriber (PUBSUB_EMULATOR_HOST's)."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.pubsub_v1 import PublisherClient, SubscriberClient
+
+    return (
+        PublisherClient(credentials=AnonymousCredentials()),  # type: ignore[no-untyped-call]
+        SubscriberClient(credentials=AnonymousCredentials()),  # type: ignore[no-untyped-call]
+    )
+
+
+def fill_raw(pairs: list[tuple[str, str]], payload_bytes: int) -> str:
+    """A new emulator project with one topic and ONE subscription holding the tasks, published
+    with the raw client (100 a call, the tag as an attribute): its id."""
+    project = f"bench-{uuid.uuid4().hex[:8]}"
+    publisher, subscriber = raw_clients()
+    try:
+        topic = publisher.create_topic(name=f"projects/{project}/topics/{RAW_SUBSCRIPTION}").name
+        subscriber.create_subscription(
+            request={
+                "name": f"projects/{project}/subscriptions/{RAW_SUBSCRIPTION}",
+                "topic": topic,
+                "ack_deadline_seconds": 60,
+            }
+        )
+        chunk_size = 100 if payload_bytes < 50_000 else 8
+        for start in range(0, len(pairs), chunk_size):
+            publisher.publish(
+                topic=topic,
+                messages=[
+                    {"data": padded(name, payload_bytes), "attributes": {"tag": tag}}
+                    for name, tag in pairs[start : start + chunk_size]
+                ],
+                timeout=60,
+            )
+    finally:
+        publisher.transport.close()
+        subscriber.transport.close()
+    return project
 
 
 def summarize(
@@ -264,10 +354,12 @@ def run_pubsub(
     payload_bytes: int = 0,
     first_empty: bool = False,
     plain: bool = False,
+    raw: bool = False,
     shards: int | None = None,
     max_tasks: int = 1000,
 ) -> Outcome:
-    project = fill_pubsub(pairs, payload_bytes, shards)
+    """The P x H workers' drain; `raw`: the raw client's pull + ack on one subscription."""
+    project = fill_raw(pairs, payload_bytes) if raw else fill_pubsub(pairs, payload_bytes, shards)
     with tempfile.TemporaryDirectory(prefix="tagbench-") as tmp:
         go = Path(tmp, "go")
         workers = [
@@ -281,7 +373,13 @@ def run_pubsub(
                     str(n),
                     str(len(pairs)),
                     str(threads),
-                    "first-empty" if first_empty else "plain" if plain else "drain",
+                    "raw"
+                    if raw
+                    else "first-empty"
+                    if first_empty
+                    else "plain"
+                    if plain
+                    else "drain",
                     str(max_tasks),
                 ],
                 env={
@@ -321,7 +419,7 @@ def run_pubsub(
     if first_empty:
         # What the workers left is the figure; nobody leases it afterwards.
         outcome.left, outcome.lost = outcome.lost, 0
-    elif outcome.lost:
+    elif outcome.lost and not raw:
         outcome.late = recover(
             project,
             {name for name, _ in pairs}
@@ -439,9 +537,15 @@ def worker_main(
     from pullqueue.adapters.pubsub import PubSubBackend
     from pullqueue.compat import taskqueue
 
-    backend = PubSubBackend(project, settings=Settings(), auto_create=True)
-    backend.topology(QUEUE)
-    calls = count_calls(backend.rpc, ["pull", "modify", "ack", "publish", "seek"])
+    backend = subscriber = None
+    if mode == "raw":
+        publisher, subscriber = raw_clients()
+        publisher.transport.close()
+        calls = [0]
+    else:
+        backend = PubSubBackend(project, settings=Settings(), auto_create=True)
+        backend.topology(QUEUE)
+        calls = count_calls(backend.rpc, ["pull", "modify", "ack", "publish", "seek"])
     Path(tmp, f"ready-{index}").write_text("")
     while not Path(tmp, "go").exists():
         time.sleep(0.01)
@@ -460,22 +564,37 @@ def worker_main(
         return sum(int(c) for c in counts if c) >= int(total)
 
     try:
-        batches, empty = work_threads(
-            taskqueue.Queue(QUEUE, backend),
-            int(threads),
-            IDLE_SECONDS,
-            Progress(drained, record),
-            first_empty=mode == "first-empty",
-            plain=mode == "plain",
-            max_tasks=int(max_tasks),
-        )
+        if subscriber is not None:
+            subscription = f"projects/{project}/subscriptions/{RAW_SUBSCRIPTION}"
+            progress_ = Progress(drained, record)
+
+            def raw_loop() -> tuple[Batches, int]:
+                batches, empty, made = raw_work(subscriber, subscription, progress_)
+                with progress_.lock:
+                    calls[0] += made
+                return batches, empty
+
+            batches, empty = run_threads(int(threads), raw_loop)
+        else:
+            batches, empty = work_threads(
+                taskqueue.Queue(QUEUE, backend),
+                int(threads),
+                IDLE_SECONDS,
+                Progress(drained, record),
+                first_empty=mode == "first-empty",
+                plain=mode == "plain",
+                max_tasks=int(max_tasks),
+            )
     finally:
-        backend.close()
+        if backend is not None:
+            backend.close()
+        if subscriber is not None:
+            subscriber.transport.close()
     peak_mb = peak_resident()
     grown_mb = peak_mb - before
     in_use_mb = in_use.stop() if in_use is not None else 0.0
     # Deliveries this process consumed without leasing the task (held tasks given back).
-    skipped = sum(backend._book._skipped.values())
+    skipped = sum(backend._book._skipped.values()) if backend is not None else 0
     report = {
         "batches": batches,
         "calls": calls[0],
@@ -614,10 +733,40 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--shards", type=int, default=None, help="shard topics of the queue (default 16)"
     )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help=f"also run the raw google-cloud-pubsub client's pull({RAW_MAX}) + ack on one"
+        " subscription in the same processes and threads, and print each row's ratio to it",
+    )
+    parser.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=None,
+        help="put a realistic layer (tests/support/realpubsub.py, Knobs.service) with this round"
+        " trip in front of the emulator; every client and worker goes through it",
+    )
     args = parser.parse_args(argv)
     from tests.support.emulators import shared_emulator_host
 
     host = shared_emulator_host("pubsub")
+    layer = None
+    if args.rtt_ms is not None:
+        from tests.support.realpubsub import Knobs, RealisticPubSub
+
+        layer = RealisticPubSub(host, Knobs.service(args.rtt_ms / 1000))
+        # shared_emulator_host pointed the variable at the emulator: the layer forwards there,
+        # and every client made from now on (here and in the workers) goes through the layer.
+        os.environ["PUBSUB_EMULATOR_HOST"] = layer.address
+    try:
+        run_all(args, host, layer)
+    finally:
+        if layer is not None:
+            os.environ["PUBSUB_EMULATOR_HOST"] = host
+            layer.close()
+
+
+def run_all(args: argparse.Namespace, host: str, layer: Any) -> None:
     print(
         f"{args.tasks} tasks, {args.processes} worker processes x {args.threads} threads,"
         f" {args.shards or 16} shards,"
@@ -625,6 +774,14 @@ def main(argv: list[str] | None = None) -> None:
         " memory:// is the same loop in one process"
         + ("; each thread stops at its first empty lease" if args.stop_at_first_empty else "")
     )
+    if layer is not None:
+        print(f"realistic layer on at {layer.address}: {layer.knobs}")
+    if args.raw:
+        print(
+            f"raw: the raw google-cloud-pubsub SubscriberClient, pull(max_messages={RAW_MAX},"
+            f" timeout {RAW_PULL_TIMEOUT:g} s) + acknowledge on one subscription, in the same"
+            " processes and threads"
+        )
     print(
         f"{'payload':>8} {'tags':>6} {'backend':<8} {'batch':>7} {'ratio':>6} {'drain s':>8}"
         f" {'tasks/s':>8}"
@@ -638,6 +795,8 @@ def main(argv: list[str] | None = None) -> None:
             rows["plain"] = []
         if args.work:
             rows["work"] = []
+        if args.raw:
+            rows["raw"] = []
         for run in range(args.runs):
             pairs = tasks_for(args.tasks, tags, seed=run)
             rows["memory"].append(run_memory(pairs, args.max_tasks))
@@ -661,6 +820,10 @@ def main(argv: list[str] | None = None) -> None:
                 )
             if args.work:
                 rows["work"].append(run_work(pairs, args.processes, args.threads, **options))
+            if args.raw:
+                rows["raw"].append(
+                    run_pubsub(pairs, args.processes, args.threads, raw=True, **options)
+                )
         base = statistics.median(o.mean_batch for o in rows["memory"])
         for label, outcomes in rows.items():
             batch = statistics.median(o.mean_batch for o in outcomes)
@@ -685,6 +848,12 @@ def main(argv: list[str] | None = None) -> None:
             by_tag = statistics.median(o.rate for o in rows["pubsub"])
             plain = statistics.median(o.rate for o in rows["plain"])
             print(f"by tag / plain, tasks per second: {by_tag / max(plain, 1e-9):.2f}", flush=True)
+        if args.raw:
+            raw = statistics.median(o.rate for o in rows["raw"])
+            for label, name in (("pubsub", "by tag"), ("plain", "plain"), ("work", "work")):
+                if label in rows:
+                    rate = statistics.median(o.rate for o in rows[label])
+                    print(f"{name} / raw tasks/s: {rate / max(raw, 1e-9):.2f}", flush=True)
 
 
 if __name__ == "__main__":
