@@ -22,14 +22,26 @@ had handed out and not had back at once during the drain, less at its start (wha
 kept alive; the resident size adds freed memory the allocator keeps; 0 without glibc, and
 below 10 KB payloads, where it is not sampled).
 `--work` adds a row of real `pullqueue work --group-by-tag --concurrency THREADS` processes
-(`--processes` of them) with the batch handler benchmarks/work_recorder.py:record; its
+(`--processes` of them) with the batch handler benchmarks/work_recorder.py:record (`--work-plain`
+a row `work-pl` of the same without --group-by-tag, leasing plainly); its
 calls/lease column is lease calls per non-empty lease, its drain time counts from the
 processes' start. `--shards N`: the Pub/Sub queue is provisioned with N shard topics (default
 16; the workers read it from the queue topic's label).
+`--rtt-ms MS`: a realistic layer (tests/support/realpubsub.py, `Knobs.service(MS / 1000)`: that
+round trip, partial pulls, filters, held empty pulls, the 600 s cap) is put in front of the
+emulator, and every client goes through it: the workers and `pullqueue work` processes (their
+PUBSUB_EMULATOR_HOST is the layer's address), and this process's adds and recovery. `--raw` adds
+a row `raw`: the raw google-cloud-pubsub SubscriberClient in the same P processes x H threads
+looping pull(max_messages=100, timeout 2 s) + acknowledge on ONE subscription that holds the same
+tasks (published beforehand with the raw PublisherClient, untimed), until the acks counted across
+processes reach the queue's size, measured as the other rows (its batch is tasks per non-empty
+pull, calls/lease pulls and acks per non-empty pull, mixed its pulls of several tags); then each
+pullqueue row's tasks/s over the raw row's (`plain / raw tasks/s: 0.85`).
 
     python benchmarks/tag_batching.py [--tasks 20000] [--tags 200 1000] [--processes 4]
         [--threads 1] [--runs 3] [--stop-at-first-empty] [--payload-bytes 0 ...] [--plain]
-        [--max-tasks 1000] [--shards 16] [--work]
+        [--max-tasks 1000] [--shards 16] [--work] [--work-plain] [--raw]
+        [--rtt-ms 30]
 
 Honours PUBSUB_EMULATOR_HOST; otherwise starts the emulator from the gcloud SDK (stopped at exit).
 """
@@ -443,9 +455,11 @@ def run_work(
     payload_bytes: int = 0,
     max_tasks: int = 1000,
     shards: int | None = None,
+    group_by_tag: bool = True,
 ) -> Outcome:
-    """`pullqueue work --group-by-tag --concurrency N` in `processes` real processes, with the
-    batch handler benchmarks/work_recorder.py:record, until each has been idle WORK_IDLE s."""
+    """`pullqueue work --group-by-tag --concurrency N` (without --group-by-tag unless
+    `group_by_tag`) in `processes` real processes, with the batch handler
+    benchmarks/work_recorder.py:record, until each has been idle WORK_IDLE s."""
     project = fill_pubsub(pairs, payload_bytes, shards)
     root = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="tagbench-") as tmp:
@@ -463,7 +477,7 @@ def run_work(
             "work",
             QUEUE,
             "benchmarks.work_recorder:record",
-            "--group-by-tag",
+            *(["--group-by-tag"] if group_by_tag else []),
             "--batch-size",
             str(max_tasks),
             "--concurrency",
@@ -728,6 +742,12 @@ def main(argv: list[str] | None = None) -> None:
         help="also run real `pullqueue work --group-by-tag --concurrency THREADS` processes",
     )
     parser.add_argument(
+        "--work-plain",
+        action="store_true",
+        help="also run real `pullqueue work --concurrency THREADS` processes without"
+        " --group-by-tag (row work-pl)",
+    )
+    parser.add_argument(
         "--plain", action="store_true", help="also run plain lease_tasks, the throughput baseline"
     )
     parser.add_argument(
@@ -795,6 +815,8 @@ def run_all(args: argparse.Namespace, host: str, layer: Any) -> None:
             rows["plain"] = []
         if args.work:
             rows["work"] = []
+        if args.work_plain:
+            rows["work-pl"] = []
         if args.raw:
             rows["raw"] = []
         for run in range(args.runs):
@@ -820,6 +842,10 @@ def run_all(args: argparse.Namespace, host: str, layer: Any) -> None:
                 )
             if args.work:
                 rows["work"].append(run_work(pairs, args.processes, args.threads, **options))
+            if args.work_plain:
+                rows["work-pl"].append(
+                    run_work(pairs, args.processes, args.threads, group_by_tag=False, **options)
+                )
             if args.raw:
                 rows["raw"].append(
                     run_pubsub(pairs, args.processes, args.threads, raw=True, **options)
@@ -850,7 +876,12 @@ def run_all(args: argparse.Namespace, host: str, layer: Any) -> None:
             print(f"by tag / plain, tasks per second: {by_tag / max(plain, 1e-9):.2f}", flush=True)
         if args.raw:
             raw = statistics.median(o.rate for o in rows["raw"])
-            for label, name in (("pubsub", "by tag"), ("plain", "plain"), ("work", "work")):
+            for label, name in (
+                ("pubsub", "by tag"),
+                ("plain", "plain"),
+                ("work", "work"),
+                ("work-pl", "work plain"),
+            ):
                 if label in rows:
                     rate = statistics.median(o.rate for o in rows[label])
                     print(f"{name} / raw tasks/s: {rate / max(raw, 1e-9):.2f}", flush=True)
