@@ -117,6 +117,10 @@ class Outcome:
     """The largest growth of a worker process's malloc'd bytes in use during the drain (MB)."""
     rate: float = 0.0
     """Tasks per second of the drain."""
+    lease_ms: float = 0.0
+    """The median milliseconds of a non-empty lease call (the raw row: of a non-empty pull)."""
+    delete_ms: float = 0.0
+    """The median milliseconds of a delete_tasks call (the raw row: of an acknowledge)."""
 
 
 def tasks_for(count: int, tags: int, seed: int) -> list[tuple[str, str]]:
@@ -187,7 +191,9 @@ def work(
     empty = 0
     while True:
         lease = queue.lease_tasks if plain else queue.lease_tasks_by_tag  # type: ignore[attr-defined]
+        began = time.perf_counter()
         batch = lease(60, max_tasks)
+        leased = time.perf_counter()
         if not batch:
             if progress.drained():
                 break
@@ -198,6 +204,7 @@ def work(
         names = [name_of(task) for task in batch]
         tags = [task.tag for task in batch]
         queue.delete_tasks(batch)  # type: ignore[attr-defined]
+        note_timing(began, leased)
         batches.append((time.time(), names, tags))
         progress.add(len(batch))
         idle_since = time.monotonic()
@@ -205,6 +212,13 @@ def work(
 
 
 Batches = list[tuple[float, list[str], list[str]]]
+TIMINGS: list[tuple[float, float]] = []
+"""(lease ms, delete ms) of each non-empty lease of this worker process, in every thread."""
+
+
+def note_timing(began: float, leased: float) -> None:
+    """Note a lease that began at `began`, answered at `leased` and was deleted just now."""
+    TIMINGS.append(((leased - began) * 1000, (time.perf_counter() - leased) * 1000))
 
 
 def work_threads(
@@ -248,6 +262,7 @@ def raw_work(subscriber: Any, subscription: str, progress: Progress) -> tuple[Ba
     empty = calls = 0
     while not progress.drained():
         calls += 1
+        began = time.perf_counter()
         try:
             answer = subscriber.pull(
                 request={"subscription": subscription, "max_messages": RAW_MAX},
@@ -262,10 +277,12 @@ def raw_work(subscriber: Any, subscription: str, progress: Progress) -> tuple[Ba
                 empty += 1
             continue
         calls += 1
+        leased = time.perf_counter()
         subscriber.acknowledge(
             request={"subscription": subscription, "ack_ids": [m.ack_id for m in received]},
             timeout=30,
         )
+        note_timing(began, leased)
         names = [m.message.data.decode() for m in received]
         tags = [m.message.attributes.get("tag", "") for m in received]
         batches.append((time.time(), names, tags))
@@ -415,6 +432,7 @@ def run_pubsub(
         batches = []
         calls = skipped = empty = 0
         grown = peak = in_use = 0.0
+        timings: list[list[float]] = []
         for n in range(processes):
             report = json.loads(Path(tmp, f"out-{n}.json").read_text())
             batches += [tuple(b) for b in report["batches"]]
@@ -424,7 +442,11 @@ def run_pubsub(
             grown = max(grown, report["grown_mb"])
             peak = max(peak, report["peak_mb"])
             in_use = max(in_use, report["in_use_mb"])
+            timings += report["timings"]
     outcome = summarize(pairs, batches, start)  # type: ignore[arg-type]
+    if timings:
+        outcome.lease_ms = statistics.median(t[0] for t in timings)
+        outcome.delete_ms = statistics.median(t[1] for t in timings)
     outcome.empty, outcome.grown_mb, outcome.peak_mb = empty, grown, peak
     outcome.in_use_mb = in_use
     outcome.rate = len(pairs) / max(outcome.drain, 1e-3)
@@ -617,6 +639,7 @@ def worker_main(
         "grown_mb": grown_mb,
         "peak_mb": peak_mb,
         "in_use_mb": in_use_mb,
+        "timings": TIMINGS,
     }
     Path(tmp, f"out-{index}.json").write_text(json.dumps(report))
 
@@ -885,6 +908,16 @@ def run_all(args: argparse.Namespace, host: str, layer: Any) -> None:
                 if label in rows:
                     rate = statistics.median(o.rate for o in rows[label])
                     print(f"{name} / raw tasks/s: {rate / max(raw, 1e-9):.2f}", flush=True)
+        timed = [
+            f"{label} {statistics.median(o.lease_ms for o in outcomes):.0f} /"
+            f" {statistics.median(o.delete_ms for o in outcomes):.0f}"
+            for label, outcomes in rows.items()
+            if label not in ("memory", "work", "work-pl")
+        ]
+        print(
+            "median ms of a non-empty lease / its delete (raw: pull / ack): " + ", ".join(timed),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
