@@ -121,6 +121,9 @@ class Outcome:
     """The median milliseconds of a non-empty lease call (the raw row: of a non-empty pull)."""
     delete_ms: float = 0.0
     """The median milliseconds of a delete_tasks call (the raw row: of an acknowledge)."""
+    dropped: int = 0
+    """--rtt-ms: messages in pull answers the layer dropped as arriving after the client's
+    deadline (hidden until their ack deadline: the `late` tasks come from these)."""
 
 
 def tasks_for(count: int, tags: int, seed: int) -> list[tuple[str, str]]:
@@ -623,6 +626,15 @@ def worker_main(
             )
     finally:
         if backend is not None:
+            held = backend._hand(QUEUE).count()
+            flying = len(backend._pulls._in_flight)
+            if held or flying:
+                # Tasks no lease of this process handed out: the `late` of a drain.
+                print(
+                    f"worker {index} stopped with {held} deliveries in hand and {flying} pulls"
+                    " in flight",
+                    file=sys.stderr,
+                )
             backend.close()
         if subscriber is not None:
             subscriber.transport.close()
@@ -737,6 +749,39 @@ def count_calls(rpc: object, names: list[str]) -> list[int]:
     return counter
 
 
+class Dropped:
+    """Counts the messages of the pull answers `layer` drops as arriving after the client's
+    deadline (tests/support/realpubsub.py: the answer is lost, the messages stay out until their
+    ack deadline), by wrapping its per-call methods."""
+
+    def __init__(self, layer: Any) -> None:
+        from tests.support.realpubsub import _PULL_RESPONSE
+
+        self.messages = 0
+        self._lock = threading.Lock()
+        local = threading.local()
+        answer, unary = layer._answer, layer.unary
+
+        def answered(method: str, request: bytes, context: Any) -> bytes:
+            local.brought = 0
+            out: bytes = answer(method, request, context)
+            if method.endswith("/Pull"):
+                local.brought = len(_PULL_RESPONSE.FromString(out).received_messages)
+            return out
+
+        def called(method: str, request: bytes, context: Any) -> bytes:
+            local.brought = 0
+            try:
+                out: bytes = unary(method, request, context)
+                return out
+            except Exception:
+                with self._lock:
+                    self.messages += getattr(local, "brought", 0)
+                raise
+
+        layer._answer, layer.unary = answered, called
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=20_000)
@@ -802,14 +847,14 @@ def main(argv: list[str] | None = None) -> None:
         # and every client made from now on (here and in the workers) goes through the layer.
         os.environ["PUBSUB_EMULATOR_HOST"] = layer.address
     try:
-        run_all(args, host, layer)
+        run_all(args, host, layer, Dropped(layer) if layer is not None else None)
     finally:
         if layer is not None:
             os.environ["PUBSUB_EMULATOR_HOST"] = host
             layer.close()
 
 
-def run_all(args: argparse.Namespace, host: str, layer: Any) -> None:
+def run_all(args: argparse.Namespace, host: str, layer: Any, dropped: Dropped | None) -> None:
     print(
         f"{args.tasks} tasks, {args.processes} worker processes x {args.threads} threads,"
         f" {args.shards or 16} shards,"
@@ -842,6 +887,15 @@ def run_all(args: argparse.Namespace, host: str, layer: Any) -> None:
             rows["work-pl"] = []
         if args.raw:
             rows["raw"] = []
+
+        def counted(run_row: Callable[..., Outcome], *args_: Any, **kwargs: Any) -> Outcome:
+            """run_row's outcome, with the messages of pull answers the layer dropped."""
+            before = dropped.messages if dropped is not None else 0
+            outcome = run_row(*args_, **kwargs)
+            if dropped is not None:
+                outcome.dropped = dropped.messages - before
+            return outcome
+
         for run in range(args.runs):
             pairs = tasks_for(args.tasks, tags, seed=run)
             rows["memory"].append(run_memory(pairs, args.max_tasks))
@@ -850,29 +904,18 @@ def run_all(args: argparse.Namespace, host: str, layer: Any) -> None:
                 "max_tasks": args.max_tasks,
                 "shards": args.shards,
             }
+            shape = (pairs, args.processes, args.threads)
             rows["pubsub"].append(
-                run_pubsub(
-                    pairs,
-                    args.processes,
-                    args.threads,
-                    first_empty=args.stop_at_first_empty,
-                    **options,
-                )
+                counted(run_pubsub, *shape, first_empty=args.stop_at_first_empty, **options)
             )
             if args.plain:
-                rows["plain"].append(
-                    run_pubsub(pairs, args.processes, args.threads, plain=True, **options)
-                )
+                rows["plain"].append(counted(run_pubsub, *shape, plain=True, **options))
             if args.work:
-                rows["work"].append(run_work(pairs, args.processes, args.threads, **options))
+                rows["work"].append(counted(run_work, *shape, **options))
             if args.work_plain:
-                rows["work-pl"].append(
-                    run_work(pairs, args.processes, args.threads, group_by_tag=False, **options)
-                )
+                rows["work-pl"].append(counted(run_work, *shape, group_by_tag=False, **options))
             if args.raw:
-                rows["raw"].append(
-                    run_pubsub(pairs, args.processes, args.threads, raw=True, **options)
-                )
+                rows["raw"].append(counted(run_pubsub, *shape, raw=True, **options))
         base = statistics.median(o.mean_batch for o in rows["memory"])
         for label, outcomes in rows.items():
             batch = statistics.median(o.mean_batch for o in outcomes)
@@ -918,6 +961,17 @@ def run_all(args: argparse.Namespace, host: str, layer: Any) -> None:
             "median ms of a non-empty lease / its delete (raw: pull / ack): " + ", ".join(timed),
             flush=True,
         )
+        if dropped is not None:
+            lost_answers = [
+                f"{label} {sum(o.dropped for o in outcomes)}"
+                for label, outcomes in rows.items()
+                if label != "memory"
+            ]
+            print(
+                "messages in pull answers the layer dropped after the client's deadline"
+                " (hidden until their ack deadline): " + ", ".join(lost_answers),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
