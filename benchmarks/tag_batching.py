@@ -22,14 +22,29 @@ had handed out and not had back at once during the drain, less at its start (wha
 kept alive; the resident size adds freed memory the allocator keeps; 0 without glibc, and
 below 10 KB payloads, where it is not sampled).
 `--work` adds a row of real `pullqueue work --group-by-tag --concurrency THREADS` processes
-(`--processes` of them) with the batch handler benchmarks/work_recorder.py:record; its
+(`--processes` of them) with the batch handler benchmarks/work_recorder.py:record (`--work-plain`
+a row `work-pl` of the same without --group-by-tag, leasing plainly); its
 calls/lease column is lease calls per non-empty lease, its drain time counts from the
 processes' start. `--shards N`: the Pub/Sub queue is provisioned with N shard topics (default
 16; the workers read it from the queue topic's label).
+`--rtt-ms MS`: a realistic layer (tests/support/realpubsub.py, `Knobs.service(MS / 1000)`: that
+round trip, partial pulls, filters, held empty pulls, the 600 s cap) is put in front of the
+emulator, and every client goes through it: the workers and `pullqueue work` processes (their
+PUBSUB_EMULATOR_HOST is the layer's address), and this process's adds and recovery. `--raw` adds
+a row `raw`: the raw google-cloud-pubsub SubscriberClient in the same P processes x H threads
+looping pull(max_messages=100, timeout 2 s) + acknowledge on ONE subscription that holds the same
+tasks (published beforehand with the raw PublisherClient, untimed), until the acks counted across
+processes reach the queue's size, measured as the other rows (its batch is tasks per non-empty
+pull, calls/lease pulls and acks per non-empty pull, mixed its pulls of several tags); then each
+pullqueue row's tasks/s over the raw row's (`plain / raw tasks/s: 0.85`). Under the ratios: the
+median ms of a non-empty lease and of its delete per row (raw: of a pull and of its ack), and
+with --rtt-ms the messages of pull answers the layer dropped as arriving after the client's
+deadline (they stay out until their ack deadline: the `late` tasks).
 
     python benchmarks/tag_batching.py [--tasks 20000] [--tags 200 1000] [--processes 4]
         [--threads 1] [--runs 3] [--stop-at-first-empty] [--payload-bytes 0 ...] [--plain]
-        [--max-tasks 1000] [--shards 16] [--work]
+        [--max-tasks 1000] [--shards 16] [--work] [--work-plain] [--raw]
+        [--rtt-ms 30]
 
 Honours PUBSUB_EMULATOR_HOST; otherwise starts the emulator from the gcloud SDK (stopped at exit).
 """
@@ -67,6 +82,12 @@ pull whose answer came after the client's deadline hides its messages for their 
 QUEUE = "tagbench"
 WORK_IDLE = 5.0
 """--work: a `pullqueue work` process exits after this long without a task."""
+RAW_MAX = 100
+"""--raw: max_messages of each raw client pull."""
+RAW_PULL_TIMEOUT = 2.0
+"""--raw: seconds a raw pull waits (held, on the layer, while nothing waits); a worker stops once
+the acks counted across processes reach the queue's size."""
+RAW_SUBSCRIPTION = "tagbench-raw"
 WORK_LEASE_RATE = 1000
 """--work: PULLQUEUE_LEASE_REQUESTS_PER_SECOND, high enough that the legacy client-side cap of 10
 lease calls a second does not decide the drain time (the benchmark's own loop has no cap)."""
@@ -99,6 +120,13 @@ class Outcome:
     """The largest growth of a worker process's malloc'd bytes in use during the drain (MB)."""
     rate: float = 0.0
     """Tasks per second of the drain."""
+    lease_ms: float = 0.0
+    """The median milliseconds of a non-empty lease call (the raw row: of a non-empty pull)."""
+    delete_ms: float = 0.0
+    """The median milliseconds of a delete_tasks call (the raw row: of an acknowledge)."""
+    dropped: int = 0
+    """--rtt-ms: messages in pull answers the layer dropped as arriving after the client's
+    deadline (hidden until their ack deadline: the `late` tasks come from these)."""
 
 
 def tasks_for(count: int, tags: int, seed: int) -> list[tuple[str, str]]:
@@ -169,7 +197,9 @@ def work(
     empty = 0
     while True:
         lease = queue.lease_tasks if plain else queue.lease_tasks_by_tag  # type: ignore[attr-defined]
+        began = time.perf_counter()
         batch = lease(60, max_tasks)
+        leased = time.perf_counter()
         if not batch:
             if progress.drained():
                 break
@@ -180,21 +210,37 @@ def work(
         names = [name_of(task) for task in batch]
         tags = [task.tag for task in batch]
         queue.delete_tasks(batch)  # type: ignore[attr-defined]
+        note_timing(began, leased)
         batches.append((time.time(), names, tags))
         progress.add(len(batch))
         idle_since = time.monotonic()
     return batches, empty
 
 
+Batches = list[tuple[float, list[str], list[str]]]
+TIMINGS: list[tuple[float, float]] = []
+"""(lease ms, delete ms) of each non-empty lease of this worker process, in every thread."""
+
+
+def note_timing(began: float, leased: float) -> None:
+    """Note a lease that began at `began`, answered at `leased` and was deleted just now."""
+    TIMINGS.append(((leased - began) * 1000, (time.perf_counter() - leased) * 1000))
+
+
 def work_threads(
     queue: object, threads: int, stop_after_idle: float, progress: Progress, **options: Any
-) -> tuple[list[tuple[float, list[str], list[str]]], int]:
+) -> tuple[Batches, int]:
     """work() in `threads` threads of this process at once; their batches and empty leases."""
-    results: list[tuple[list[tuple[float, list[str], list[str]]], int]] = []
+    return run_threads(threads, lambda: work(queue, stop_after_idle, progress, **options))
+
+
+def run_threads(threads: int, loop: Callable[[], tuple[Batches, int]]) -> tuple[Batches, int]:
+    """`loop` in `threads` threads of this process at once; their batches and empty leases."""
+    results: list[tuple[Batches, int]] = []
     lock = threading.Lock()
 
     def run() -> None:
-        result = work(queue, stop_after_idle, progress, **options)
+        result = loop()
         with lock:
             results.append(result)
 
@@ -210,6 +256,85 @@ def name_of(task: Any) -> str:
     """The task's name as the benchmark wrote it (its payload, less the padding)."""
     payload = task.payload
     return payload.decode().rstrip(" ") if isinstance(payload, bytes) else str(payload).rstrip()
+
+
+def raw_work(subscriber: Any, subscription: str, progress: Progress) -> tuple[Batches, int, int]:
+    """The raw google-cloud-pubsub client's loop: pull(max_messages=RAW_MAX) + acknowledge until
+    `progress` says every process's acks add up to the whole queue; (time of ack, names, tags)
+    per non-empty pull, the empty pulls while tasks were left, and the calls made."""
+    from google.api_core import exceptions
+
+    batches: Batches = []
+    empty = calls = 0
+    while not progress.drained():
+        calls += 1
+        began = time.perf_counter()
+        try:
+            answer = subscriber.pull(
+                request={"subscription": subscription, "max_messages": RAW_MAX},
+                timeout=RAW_PULL_TIMEOUT,
+            )
+        except (exceptions.DeadlineExceeded, exceptions.ServiceUnavailable):
+            received = []
+        else:
+            received = list(answer.received_messages)
+        if not received:
+            if not progress.drained():
+                empty += 1
+            continue
+        calls += 1
+        leased = time.perf_counter()
+        subscriber.acknowledge(
+            request={"subscription": subscription, "ack_ids": [m.ack_id for m in received]},
+            timeout=30,
+        )
+        note_timing(began, leased)
+        names = [m.message.data.decode() for m in received]
+        tags = [m.message.attributes.get("tag", "") for m in received]
+        batches.append((time.time(), names, tags))
+        progress.add(len(received))
+    return batches, empty, calls
+
+
+def raw_clients() -> tuple[Any, Any]:
+    """The raw google-cloud-pubsub publisher and subscriber (PUBSUB_EMULATOR_HOST's)."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.pubsub_v1 import PublisherClient, SubscriberClient
+
+    return (
+        PublisherClient(credentials=AnonymousCredentials()),  # type: ignore[no-untyped-call]
+        SubscriberClient(credentials=AnonymousCredentials()),  # type: ignore[no-untyped-call]
+    )
+
+
+def fill_raw(pairs: list[tuple[str, str]], payload_bytes: int) -> str:
+    """A new emulator project with one topic and ONE subscription holding the tasks, published
+    with the raw client (100 a call, the tag as an attribute): its id."""
+    project = f"bench-{uuid.uuid4().hex[:8]}"
+    publisher, subscriber = raw_clients()
+    try:
+        topic = publisher.create_topic(name=f"projects/{project}/topics/{RAW_SUBSCRIPTION}").name
+        subscriber.create_subscription(
+            request={
+                "name": f"projects/{project}/subscriptions/{RAW_SUBSCRIPTION}",
+                "topic": topic,
+                "ack_deadline_seconds": 60,
+            }
+        )
+        chunk_size = 100 if payload_bytes < 50_000 else 8
+        for start in range(0, len(pairs), chunk_size):
+            publisher.publish(
+                topic=topic,
+                messages=[
+                    {"data": padded(name, payload_bytes), "attributes": {"tag": tag}}
+                    for name, tag in pairs[start : start + chunk_size]
+                ],
+                timeout=60,
+            )
+    finally:
+        publisher.transport.close()
+        subscriber.transport.close()
+    return project
 
 
 def summarize(
@@ -264,10 +389,12 @@ def run_pubsub(
     payload_bytes: int = 0,
     first_empty: bool = False,
     plain: bool = False,
+    raw: bool = False,
     shards: int | None = None,
     max_tasks: int = 1000,
 ) -> Outcome:
-    project = fill_pubsub(pairs, payload_bytes, shards)
+    """The P x H workers' drain; `raw`: the raw client's pull + ack on one subscription."""
+    project = fill_raw(pairs, payload_bytes) if raw else fill_pubsub(pairs, payload_bytes, shards)
     with tempfile.TemporaryDirectory(prefix="tagbench-") as tmp:
         go = Path(tmp, "go")
         workers = [
@@ -281,7 +408,13 @@ def run_pubsub(
                     str(n),
                     str(len(pairs)),
                     str(threads),
-                    "first-empty" if first_empty else "plain" if plain else "drain",
+                    "raw"
+                    if raw
+                    else "first-empty"
+                    if first_empty
+                    else "plain"
+                    if plain
+                    else "drain",
                     str(max_tasks),
                 ],
                 env={
@@ -305,6 +438,7 @@ def run_pubsub(
         batches = []
         calls = skipped = empty = 0
         grown = peak = in_use = 0.0
+        timings: list[list[float]] = []
         for n in range(processes):
             report = json.loads(Path(tmp, f"out-{n}.json").read_text())
             batches += [tuple(b) for b in report["batches"]]
@@ -314,14 +448,18 @@ def run_pubsub(
             grown = max(grown, report["grown_mb"])
             peak = max(peak, report["peak_mb"])
             in_use = max(in_use, report["in_use_mb"])
+            timings += report["timings"]
     outcome = summarize(pairs, batches, start)  # type: ignore[arg-type]
+    if timings:
+        outcome.lease_ms = statistics.median(t[0] for t in timings)
+        outcome.delete_ms = statistics.median(t[1] for t in timings)
     outcome.empty, outcome.grown_mb, outcome.peak_mb = empty, grown, peak
     outcome.in_use_mb = in_use
     outcome.rate = len(pairs) / max(outcome.drain, 1e-3)
     if first_empty:
         # What the workers left is the figure; nobody leases it afterwards.
         outcome.left, outcome.lost = outcome.lost, 0
-    elif outcome.lost:
+    elif outcome.lost and not raw:
         outcome.late = recover(
             project,
             {name for name, _ in pairs}
@@ -345,9 +483,11 @@ def run_work(
     payload_bytes: int = 0,
     max_tasks: int = 1000,
     shards: int | None = None,
+    group_by_tag: bool = True,
 ) -> Outcome:
-    """`pullqueue work --group-by-tag --concurrency N` in `processes` real processes, with the
-    batch handler benchmarks/work_recorder.py:record, until each has been idle WORK_IDLE s."""
+    """`pullqueue work --group-by-tag --concurrency N` (without --group-by-tag unless
+    `group_by_tag`) in `processes` real processes, with the batch handler
+    benchmarks/work_recorder.py:record, until each has been idle WORK_IDLE s."""
     project = fill_pubsub(pairs, payload_bytes, shards)
     root = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="tagbench-") as tmp:
@@ -365,7 +505,7 @@ def run_work(
             "work",
             QUEUE,
             "benchmarks.work_recorder:record",
-            "--group-by-tag",
+            *(["--group-by-tag"] if group_by_tag else []),
             "--batch-size",
             str(max_tasks),
             "--concurrency",
@@ -439,9 +579,15 @@ def worker_main(
     from pullqueue.adapters.pubsub import PubSubBackend
     from pullqueue.compat import taskqueue
 
-    backend = PubSubBackend(project, settings=Settings(), auto_create=True)
-    backend.topology(QUEUE)
-    calls = count_calls(backend.rpc, ["pull", "modify", "ack", "publish", "seek"])
+    backend = subscriber = None
+    if mode == "raw":
+        publisher, subscriber = raw_clients()
+        publisher.transport.close()
+        calls = [0]
+    else:
+        backend = PubSubBackend(project, settings=Settings(), auto_create=True)
+        backend.topology(QUEUE)
+        calls = count_calls(backend.rpc, ["pull", "modify", "ack", "publish", "seek"])
     Path(tmp, f"ready-{index}").write_text("")
     while not Path(tmp, "go").exists():
         time.sleep(0.01)
@@ -460,22 +606,46 @@ def worker_main(
         return sum(int(c) for c in counts if c) >= int(total)
 
     try:
-        batches, empty = work_threads(
-            taskqueue.Queue(QUEUE, backend),
-            int(threads),
-            IDLE_SECONDS,
-            Progress(drained, record),
-            first_empty=mode == "first-empty",
-            plain=mode == "plain",
-            max_tasks=int(max_tasks),
-        )
+        if subscriber is not None:
+            subscription = f"projects/{project}/subscriptions/{RAW_SUBSCRIPTION}"
+            progress_ = Progress(drained, record)
+
+            def raw_loop() -> tuple[Batches, int]:
+                batches, empty, made = raw_work(subscriber, subscription, progress_)
+                with progress_.lock:
+                    calls[0] += made
+                return batches, empty
+
+            batches, empty = run_threads(int(threads), raw_loop)
+        else:
+            batches, empty = work_threads(
+                taskqueue.Queue(QUEUE, backend),
+                int(threads),
+                IDLE_SECONDS,
+                Progress(drained, record),
+                first_empty=mode == "first-empty",
+                plain=mode == "plain",
+                max_tasks=int(max_tasks),
+            )
     finally:
-        backend.close()
+        if backend is not None:
+            held = backend._hand(QUEUE).count()
+            flying = len(backend._pulls._in_flight)
+            if held or flying:
+                # Tasks no lease of this process handed out: the `late` of a drain.
+                print(
+                    f"worker {index} stopped with {held} deliveries in hand and {flying} pulls"
+                    " in flight",
+                    file=sys.stderr,
+                )
+            backend.close()
+        if subscriber is not None:
+            subscriber.transport.close()
     peak_mb = peak_resident()
     grown_mb = peak_mb - before
     in_use_mb = in_use.stop() if in_use is not None else 0.0
     # Deliveries this process consumed without leasing the task (held tasks given back).
-    skipped = sum(backend._book._skipped.values())
+    skipped = sum(backend._book._skipped.values()) if backend is not None else 0
     report = {
         "batches": batches,
         "calls": calls[0],
@@ -484,6 +654,7 @@ def worker_main(
         "grown_mb": grown_mb,
         "peak_mb": peak_mb,
         "in_use_mb": in_use_mb,
+        "timings": TIMINGS,
     }
     Path(tmp, f"out-{index}.json").write_text(json.dumps(report))
 
@@ -581,6 +752,39 @@ def count_calls(rpc: object, names: list[str]) -> list[int]:
     return counter
 
 
+class Dropped:
+    """Counts the messages of the pull answers `layer` drops as arriving after the client's
+    deadline (tests/support/realpubsub.py: the answer is lost, the messages stay out until their
+    ack deadline), by wrapping its per-call methods."""
+
+    def __init__(self, layer: Any) -> None:
+        from tests.support.realpubsub import _PULL_RESPONSE
+
+        self.messages = 0
+        self._lock = threading.Lock()
+        local = threading.local()
+        answer, unary = layer._answer, layer.unary
+
+        def answered(method: str, request: bytes, context: Any) -> bytes:
+            local.brought = 0
+            out: bytes = answer(method, request, context)
+            if method.endswith("/Pull"):
+                local.brought = len(_PULL_RESPONSE.FromString(out).received_messages)
+            return out
+
+        def called(method: str, request: bytes, context: Any) -> bytes:
+            local.brought = 0
+            try:
+                out: bytes = unary(method, request, context)
+                return out
+            except Exception:
+                with self._lock:
+                    self.messages += getattr(local, "brought", 0)
+                raise
+
+        layer._answer, layer.unary = answered, called
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=20_000)
@@ -609,15 +813,51 @@ def main(argv: list[str] | None = None) -> None:
         help="also run real `pullqueue work --group-by-tag --concurrency THREADS` processes",
     )
     parser.add_argument(
+        "--work-plain",
+        action="store_true",
+        help="also run real `pullqueue work --concurrency THREADS` processes without"
+        " --group-by-tag (row work-pl)",
+    )
+    parser.add_argument(
         "--plain", action="store_true", help="also run plain lease_tasks, the throughput baseline"
     )
     parser.add_argument(
         "--shards", type=int, default=None, help="shard topics of the queue (default 16)"
     )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help=f"also run the raw google-cloud-pubsub client's pull({RAW_MAX}) + ack on one"
+        " subscription in the same processes and threads, and print each row's ratio to it",
+    )
+    parser.add_argument(
+        "--rtt-ms",
+        type=float,
+        default=None,
+        help="put a realistic layer (tests/support/realpubsub.py, Knobs.service) with this round"
+        " trip in front of the emulator; every client and worker goes through it",
+    )
     args = parser.parse_args(argv)
     from tests.support.emulators import shared_emulator_host
 
     host = shared_emulator_host("pubsub")
+    layer = None
+    if args.rtt_ms is not None:
+        from tests.support.realpubsub import Knobs, RealisticPubSub
+
+        layer = RealisticPubSub(host, Knobs.service(args.rtt_ms / 1000))
+        # shared_emulator_host pointed the variable at the emulator: the layer forwards there,
+        # and every client made from now on (here and in the workers) goes through the layer.
+        os.environ["PUBSUB_EMULATOR_HOST"] = layer.address
+    try:
+        run_all(args, host, layer, Dropped(layer) if layer is not None else None)
+    finally:
+        if layer is not None:
+            os.environ["PUBSUB_EMULATOR_HOST"] = host
+            layer.close()
+
+
+def run_all(args: argparse.Namespace, host: str, layer: Any, dropped: Dropped | None) -> None:
     print(
         f"{args.tasks} tasks, {args.processes} worker processes x {args.threads} threads,"
         f" {args.shards or 16} shards,"
@@ -625,6 +865,14 @@ def main(argv: list[str] | None = None) -> None:
         " memory:// is the same loop in one process"
         + ("; each thread stops at its first empty lease" if args.stop_at_first_empty else "")
     )
+    if layer is not None:
+        print(f"realistic layer on at {layer.address}: {layer.knobs}")
+    if args.raw:
+        print(
+            f"raw: the raw google-cloud-pubsub SubscriberClient, pull(max_messages={RAW_MAX},"
+            f" timeout {RAW_PULL_TIMEOUT:g} s) + acknowledge on one subscription, in the same"
+            " processes and threads"
+        )
     print(
         f"{'payload':>8} {'tags':>6} {'backend':<8} {'batch':>7} {'ratio':>6} {'drain s':>8}"
         f" {'tasks/s':>8}"
@@ -638,6 +886,19 @@ def main(argv: list[str] | None = None) -> None:
             rows["plain"] = []
         if args.work:
             rows["work"] = []
+        if args.work_plain:
+            rows["work-pl"] = []
+        if args.raw:
+            rows["raw"] = []
+
+        def counted(run_row: Callable[..., Outcome], *args_: Any, **kwargs: Any) -> Outcome:
+            """run_row's outcome, with the messages of pull answers the layer dropped."""
+            before = dropped.messages if dropped is not None else 0
+            outcome = run_row(*args_, **kwargs)
+            if dropped is not None:
+                outcome.dropped = dropped.messages - before
+            return outcome
+
         for run in range(args.runs):
             pairs = tasks_for(args.tasks, tags, seed=run)
             rows["memory"].append(run_memory(pairs, args.max_tasks))
@@ -646,21 +907,18 @@ def main(argv: list[str] | None = None) -> None:
                 "max_tasks": args.max_tasks,
                 "shards": args.shards,
             }
+            shape = (pairs, args.processes, args.threads)
             rows["pubsub"].append(
-                run_pubsub(
-                    pairs,
-                    args.processes,
-                    args.threads,
-                    first_empty=args.stop_at_first_empty,
-                    **options,
-                )
+                counted(run_pubsub, *shape, first_empty=args.stop_at_first_empty, **options)
             )
             if args.plain:
-                rows["plain"].append(
-                    run_pubsub(pairs, args.processes, args.threads, plain=True, **options)
-                )
+                rows["plain"].append(counted(run_pubsub, *shape, plain=True, **options))
             if args.work:
-                rows["work"].append(run_work(pairs, args.processes, args.threads, **options))
+                rows["work"].append(counted(run_work, *shape, **options))
+            if args.work_plain:
+                rows["work-pl"].append(counted(run_work, *shape, group_by_tag=False, **options))
+            if args.raw:
+                rows["raw"].append(counted(run_pubsub, *shape, raw=True, **options))
         base = statistics.median(o.mean_batch for o in rows["memory"])
         for label, outcomes in rows.items():
             batch = statistics.median(o.mean_batch for o in outcomes)
@@ -685,6 +943,38 @@ def main(argv: list[str] | None = None) -> None:
             by_tag = statistics.median(o.rate for o in rows["pubsub"])
             plain = statistics.median(o.rate for o in rows["plain"])
             print(f"by tag / plain, tasks per second: {by_tag / max(plain, 1e-9):.2f}", flush=True)
+        if args.raw:
+            raw = statistics.median(o.rate for o in rows["raw"])
+            for label, name in (
+                ("pubsub", "by tag"),
+                ("plain", "plain"),
+                ("work", "work"),
+                ("work-pl", "work plain"),
+            ):
+                if label in rows:
+                    rate = statistics.median(o.rate for o in rows[label])
+                    print(f"{name} / raw tasks/s: {rate / max(raw, 1e-9):.2f}", flush=True)
+        timed = [
+            f"{label} {statistics.median(o.lease_ms for o in outcomes):.0f} /"
+            f" {statistics.median(o.delete_ms for o in outcomes):.0f}"
+            for label, outcomes in rows.items()
+            if label not in ("memory", "work", "work-pl")
+        ]
+        print(
+            "median ms of a non-empty lease / its delete (raw: pull / ack): " + ", ".join(timed),
+            flush=True,
+        )
+        if dropped is not None:
+            lost_answers = [
+                f"{label} {sum(o.dropped for o in outcomes)}"
+                for label, outcomes in rows.items()
+                if label != "memory"
+            ]
+            print(
+                "messages in pull answers the layer dropped after the client's deadline"
+                " (hidden until their ack deadline): " + ", ".join(lost_answers),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
