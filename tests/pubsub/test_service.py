@@ -5,9 +5,11 @@ empty pulls, the 600 s cap), counting the calls and the rounds of calls one afte
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -136,6 +138,58 @@ def test_a_plain_lease_and_its_delete_take_few_rounds(
         assert len(leased) == 100
         rounds.append(calls.rounds())
     assert sorted(rounds)[2] <= 3, rounds
+
+
+def test_plain_leases_of_several_threads_run_side_by_side(
+    layer: RealisticPubSub, backend: PubSubBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain lease takes any task: several threads' leases pull side by side (they served
+    the hand one at a time: four threads leased at one thread's rate), while a lease by tag
+    still serves it alone, beside no other lease."""
+    queue = Queue("threads", backend)
+    for _ in range(10):
+        queue.add(tagged(100, 50))
+    queue.delete(queue.lease(60, 10))  # the first lease
+    inside: dict[str, int] = {"plain": 0, "by tag": 0}
+    most = {"plain": 0, "beside by tag": 0}
+    lock = threading.Lock()
+
+    def counted(kind: str, method: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
+        def run(*args: Any, **kwargs: Any) -> list[Any]:
+            with lock:
+                inside[kind] += 1
+                most["plain"] = max(most["plain"], inside["plain"])
+                if inside["by tag"]:
+                    others = sum(inside.values()) - 1  # the leases beside one by tag
+                    most["beside by tag"] = max(most["beside by tag"], others)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                with lock:
+                    inside[kind] -= 1
+
+        return run
+
+    rounds = backend._pulls
+    monkeypatch.setattr(rounds, "lease_any", counted("plain", rounds.lease_any))
+    monkeypatch.setattr(rounds, "lease_oldest", counted("by tag", rounds.lease_oldest))
+    leased: list[str] = []
+
+    def lease(by_tag: bool) -> None:
+        tasks = queue.lease(60, 25, group_by_tag=by_tag)
+        with lock:
+            leased.extend(t.name for t in tasks)
+        queue.delete(tasks)
+
+    for kinds in ([False] * 4, [False, True, False, True, False]):
+        threads = [threading.Thread(target=lease, args=(k,)) for k in kinds * 2]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(leased) == len(set(leased)), "a task leased twice"
+    assert most["plain"] >= 2, most
+    assert most["beside by tag"] == 0, most
 
 
 def test_an_add_over_many_tags_is_one_round(layer: RealisticPubSub, backend: PubSubBackend) -> None:

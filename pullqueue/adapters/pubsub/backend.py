@@ -273,9 +273,10 @@ class PubSubBackend:
             return paused_lease(deadline, self.settings.pubsub_pull_wait)
         began = time.monotonic()
         end = began + deadline
-        # Every lease serves the hand in turn, one without tag too: a lease from any thread
-        # sees every task the process holds, none being out in another thread's call.
-        with self._hand(queue).serving(end):
+        # A lease by tag serves the hand alone: it sees every task the process holds, none
+        # being out in another thread's call. Plain leases take any task: several threads'
+        # run side by side (never beside one by tag).
+        with self._hand(queue).serving(end, shared=not group_by_tag):
             named = group_by_tag and tag is not None
             # What pulls an earlier lease left running bring is in hand first (pubsub/pulls.py).
             self._pulls.settle_flights(

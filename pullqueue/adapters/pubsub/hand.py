@@ -21,6 +21,7 @@ from pullqueue.adapters.pubsub.leases import LeaseBook
 from pullqueue.adapters.pubsub.provision import QueueTopology
 from pullqueue.adapters.pubsub.republish import Republisher
 from pullqueue.adapters.pubsub.rpc import PubSubRpc
+from pullqueue.adapters.pubsub.turns import Turns
 from pullqueue.adapters.pubsub.wire import Delivery, by_subscription
 from pullqueue.config import Settings
 from pullqueue.errors import DeadlineExceededError, Error
@@ -92,7 +93,7 @@ class Hand:
         self._claims = claims
         self._republisher = republisher
         self._poke = poke
-        self._serve_lock = threading.RLock()
+        self._turns = Turns()
         self._lock = threading.Lock()
         self._held: OrderedDict[str, _Held] = OrderedDict()
         self._bytes = 0
@@ -128,14 +129,15 @@ class Hand:
         room a drain of a subscription is expected to need."""
         self._closed = False
 
-    # Serving: one lease call at a time
+    # Serving: one lease call at a time (plain leases side by side)
 
     @contextlib.contextmanager
-    def serving(self, end: float) -> Iterator[None]:
+    def serving(self, end: float, *, shared: bool = False) -> Iterator[None]:
         """Serve the hand in this thread alone until the block ends: a lease waits for another
         thread's (up to its deadline, `end` on the monotonic clock) rather than answer from
-        half a hand."""
-        if not self._serve_lock.acquire(timeout=max(end - time.monotonic(), 0.0)):
+        half a hand. `shared`: beside other shared servers (plain leases, which take any
+        task: several threads' pull side by side), never beside one alone (pubsub/turns.py)."""
+        if not self._turns.acquire(shared=shared, timeout=end - time.monotonic()):
             raise DeadlineExceededError(
                 "another thread of this process was serving the queue's held tasks for the"
                 " whole deadline; back off and retry",
@@ -144,19 +146,19 @@ class Hand:
         try:
             yield
         finally:
-            self._serve_lock.release()
+            self._turns.release()
 
     @contextlib.contextmanager
     def serving_by(self, until: float) -> Iterator[bool]:
         """As serving(), but yields False instead of raising when the hand is not free by
         `until` (monotonic): the block must then not touch the hand."""
-        if not self._serve_lock.acquire(timeout=max(until - time.monotonic(), 0.0)):
+        if not self._turns.acquire(shared=False, timeout=until - time.monotonic()):
             yield False
             return
         try:
             yield True
         finally:
-            self._serve_lock.release()
+            self._turns.release()
 
     def serving_oldest(self, now: float) -> None:
         """A lease by oldest tag starts: the hand's claimed shards are kept while it is served."""
@@ -524,12 +526,12 @@ class Hand:
     def settle_due(self, now: float) -> None:
         """The keeper's pass: settle held deliveries whose time is up, under the serve lock
         (a hand busy serving a lease call is settled on a later pass, or by that call)."""
-        if not self.count() or not self._serve_lock.acquire(timeout=SETTLE_WAIT):
+        if not self.count() or not self._turns.acquire(shared=False, timeout=SETTLE_WAIT):
             return
         try:
             self.settle(self._due(now))
         finally:
-            self._serve_lock.release()
+            self._turns.release()
 
     def _due(self, now: float) -> list[Delivery]:
         """Remove and return the held deliveries whose time is up by `now` (POSIX seconds)."""

@@ -105,7 +105,7 @@ class PullRounds:
         """Queue -> when (monotonic) a lease's probes last pulled every subscription of it
         patiently and found nothing."""
 
-    def settle_flights(self, sources: Sequence[str], end: float) -> None:
+    def settle_flights(self, sources: Sequence[str], end: float, *, whole: bool = False) -> None:
         """Before a lease looks in the hand, wait for the pulls earlier leases left running on
         `sources` (their tasks are out to them, then to the hand): a lease by tag would miss
         its tag's tasks in such a pull and answer part of what waits.
@@ -114,13 +114,14 @@ class PullRounds:
         emulator), a pull is waited for no longer than a pull that brings tasks takes
         (_answer_allowance) after it began: later it is held empty (Pub/Sub), and waiting would
         cost each lease the rest of the pull wait. A pull bringing tasks slower than that on
-        Pub/Sub still brings them after such a lease answered: to the next lease.
+        Pub/Sub still brings them after such a lease answered: to the next lease. `whole`
+        waits for them until `end` all the same (a lease about to answer []).
         """
         with self._flight_lock:
             if not any(s in self._in_flight for s in sources):
                 return
             wait = self.settings.pubsub_pull_wait
-            quick = self.rpc.holds_empty_pulls is False
+            quick = whole or self.rpc.holds_empty_pulls is False
             allowance = math.inf if quick else self._answer_allowance(wait)
             while True:
                 now = time.monotonic()
@@ -283,8 +284,11 @@ class PullRounds:
         if len(picked) < max_tasks:
             # Short of the batch: the pulls the first round left running may be bringing
             # tasks (on a loaded machine an answer with tasks can come after the round ended);
-            # they are waited for as long as such an answer takes, not a held empty pull's wait.
-            self.settle_flights(live, end)
+            # they are waited for as long as such an answer takes, not a held empty pull's wait,
+            # but to the end by a lease that would answer [] (the round ended on an answer with
+            # nothing to hand out: copies acked away, ETAs ahead): a worker stops at its first
+            # empty lease, and an empty lease waits a pull wait anyway.
+            self.settle_flights(live, end, whole=not picked)
         if granting is not None:
             picked = granting() + picked[taken:]
         # What pulls left running brought meanwhile.
