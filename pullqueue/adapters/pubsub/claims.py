@@ -64,6 +64,17 @@ class _Token:
     published: float
     message_id: str
 
+    @classmethod
+    def of(cls, item: Any, pulled_at: float) -> _Token:
+        """The token a pull (begun at `pulled_at`, monotonic) brought: held a deadline."""
+        stamp = item.message.publish_time
+        return cls(
+            item.ack_id,
+            pulled_at + CLAIM_DEADLINE,
+            stamp.seconds + stamp.nanos / 1e9,
+            item.message.message_id,
+        )
+
 
 @dataclass(frozen=True)
 class Grab:
@@ -191,23 +202,10 @@ class ShardClaims:
                         # that missed it): removed, so one process drains the shard again.
                         duplicates.append(item.ack_id)
                     elif number is not None and number in wanted:
-                        stamp = item.message.publish_time
-                        published = stamp.seconds + stamp.nanos / 1e9
-                        held[number] = _Token(
-                            item.ack_id,
-                            pulled_at + CLAIM_DEADLINE,
-                            published,
-                            item.message.message_id,
-                        )
+                        held[number] = _Token.of(item, pulled_at)
                         won.add(number)
                     elif defer and number is not None:
-                        stamp = item.message.publish_time
-                        owed_tokens[number] = _Token(
-                            item.ack_id,
-                            pulled_at + CLAIM_DEADLINE,
-                            stamp.seconds + stamp.nanos / 1e9,
-                            item.message.message_id,
-                        )
+                        owed_tokens[number] = _Token.of(item, pulled_at)
                     else:
                         give_back.append(item.ack_id)
                 seen_all = len(free | set(held)) >= shards

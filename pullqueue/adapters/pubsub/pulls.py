@@ -736,6 +736,7 @@ class PullRounds:
             beside = len(sources) + sum(self._in_flight.values())
         # The round's bytes are shared among the sources pulled side by side.
         share = self._pull_bytes() // len(sources)
+        sizes = dict.fromkeys(sources, size) if isinstance(size, int) else size
         held = self._hand(queue)
         calls = [
             functools.partial(
@@ -743,13 +744,7 @@ class PullRounds:
                 queue,
                 topology,
                 source,
-                max(
-                    1,
-                    min(
-                        size if isinstance(size, int) else size[source],
-                        self._fitting(source, share),
-                    ),
-                ),
+                max(1, min(sizes[source], self._fitting(source, share))),
                 end,
                 patient=patient,
                 spread=spread,
