@@ -7,12 +7,22 @@ PULLQUEUE_* or emulator variables unless the test sets them), so it sees what a 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 PULLQUEUE = str(Path(sys.executable).with_name("pullqueue"))
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def interruptible() -> None:
+    """Give the child the default SIGINT, so Ctrl-C reaches it (a `preexec_fn`).
+
+    A shell without job control starts its background jobs with SIGINT ignored, and a child
+    inherits that: a test sending SIGINT then waits on a process that never sees it.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 
 from pullqueue import Queue, Task, connect
-from tests.cli.support import PULLQUEUE, clean_env, one_error_line, run
+from tests.cli.support import PULLQUEUE, clean_env, interruptible, one_error_line, run
 from tests.support.emulators import shared_emulator_host
 
 
@@ -44,6 +44,7 @@ def test_ctrl_c_stops_the_demo_and_the_next_run_clears_what_it_left(tmp_path: Pa
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=interruptible,
     )
     try:
         assert process.stderr is not None

@@ -10,7 +10,7 @@ import time
 
 import httpx2
 
-from tests.cli.support import PULLQUEUE, clean_env, run
+from tests.cli.support import PULLQUEUE, clean_env, interruptible, run
 
 
 def test_demo_serves_the_console_until_ctrl_c() -> None:
@@ -20,6 +20,7 @@ def test_demo_serves_the_console_until_ctrl_c() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
     assert proc.stderr is not None and proc.stdout is not None
     try:

@@ -20,7 +20,7 @@ from pullqueue.adapters.pubsub.layout import SHARDS
 from pullqueue.cli import cli
 from pullqueue.monitoring import OLDEST_UNACKED_AGE, UNDELIVERED, BacklogReader
 from pullqueue.registry import reset_default_backends
-from tests.cli.support import PULLQUEUE, clean_env, run
+from tests.cli.support import PULLQUEUE, clean_env, interruptible, run
 from tests.support.emulators import shared_emulator_host
 from tests.support.monitoring_fake import MonitoringService, monitoring_service
 
@@ -142,6 +142,7 @@ def test_watch_refreshes_until_interrupted() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
     assert watcher.stderr is not None
     assert "memory://" in watcher.stderr.readline()  # connected: the view is running
