@@ -38,6 +38,10 @@ CLAIM_WAIT = 0.25
 """Seconds a pull of the claims subscription waits for tokens."""
 CLAIM_PULLS = 4
 """Pulls of the claims subscription one claim makes at most, looking for its token."""
+CLAIM_ASK = 4
+"""A pull of the claims subscription asks for this many times the tokens and census there are:
+Pub/Sub may answer a pull with a share of what waits, and asking for more than the subscription
+holds costs nothing (it holds tokens only), so more looks see every token in one pull."""
 RETRY_PAUSE = 0.1
 """Seconds before looking again when no token came and none was ever seen."""
 UNSEEN_PATIENCE = 3.0
@@ -270,7 +274,7 @@ class ShardClaims:
     def _pull(self, queue: str, subscription: str) -> list[Any]:
         return self.rpc.pull(
             subscription,
-            min(self.shards(queue) + 1, 1000),  # the tokens and the census
+            min(CLAIM_ASK * (self.shards(queue) + 1), 1000),  # the tokens and the census
             queue=queue,
             wait=CLAIM_WAIT,
             budget=self.rpc.timeout,

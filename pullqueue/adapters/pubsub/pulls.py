@@ -101,6 +101,8 @@ class PullRounds:
         self._flight_began: dict[str, float] = {}
         """Subscription -> when (monotonic) the latest of those pulls began."""
         self._flight_lock = threading.Condition()
+        self._pulled: dict[str, float] = {}
+        """Queue -> when (monotonic) probes of a lease by oldest tag last pulled any of it."""
         self._searched: dict[str, float] = {}
         """Queue -> when (monotonic) a lease's probes last pulled every subscription of it
         patiently and found nothing."""
@@ -188,12 +190,18 @@ class PullRounds:
             # Empty pulls are held (a look found nothing after the whole pull wait): a look
             # now waits in the server for tasks, rather than here until the marks expire.
             hand.forget_empty(topology.sources)
+        last = False
         while True:
             looked = time.monotonic()
-            last = looked + EMPTY_POLL >= until
+            last = last or looked + EMPTY_POLL >= until
             picked = self._collect_oldest_group(queue, topology, max_tasks, end, last_look=last)
             if picked:
                 return picked
+            if not last and self.rpc.holds_empty_pulls and self._pulled.get(queue, -1) < looked:
+                # The look pulled nothing (every subscription found empty a moment ago): where
+                # empty pulls are held, the last look waits in the server, not here.
+                last = True
+                continue
             if self._searched.get(queue, -math.inf) >= looked or (
                 self.rpc.holds_empty_pulls and time.monotonic() + EMPTY_POLL >= until
             ):
@@ -670,6 +678,7 @@ class PullRounds:
         if not sources:
             return []
         began = time.monotonic()
+        self._pulled[queue] = began
         # Where empty pulls are held (Pub/Sub), the round answers once probes brought tasks and
         # the rest had half as long again (a pull where a task waits answers in a round trip;
         # the others are held a pull wait): what those bring later is in hand for the next
