@@ -1,0 +1,121 @@
+"""Three pull paths of the Pub/Sub adapter, each seen through the realistic layer at 10 ms.
+
+Each keeps a lease from waiting, or from answering [], where Pub/Sub would otherwise make it:
+- a last look pulls the claims subscription until it saw every token, and a claim taken for
+  another process's on a pull that brought a share of the tokens is forgotten once a look sees
+  it free: a worker alone does not wait a second pull wait for claims nobody holds;
+- a drain whose pull in parts had a part come back empty ends there, not after a pull more
+  held its whole wait;
+- a plain lease about to answer [] waits for the pulls its first round left running: a worker
+  that stops at its first empty lease would leave their tasks behind.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from pullqueue import Queue, Settings, Task
+from pullqueue.adapters.pubsub import PubSubBackend
+from pullqueue.adapters.pubsub.layout import shard_of
+from pullqueue.adapters.pubsub.pulls import CLAIMANT_POLL
+from tests.support.realpubsub import Knobs, RealisticPubSub
+
+RTT = 0.01
+
+
+@pytest.fixture
+def layer(emulator: str) -> Iterator[RealisticPubSub]:
+    with RealisticPubSub(emulator, Knobs.service(RTT), seed=7) as made:
+        yield made
+
+
+@pytest.fixture
+def backend(layer: RealisticPubSub) -> Iterator[PubSubBackend]:
+    with layer.as_emulator():
+        made = PubSubBackend(f"pp-{uuid.uuid4().hex[:12]}", settings=Settings(), auto_create=True)
+    yield made
+    made.close()
+
+
+def one_look_at_most(backend: PubSubBackend) -> float:
+    """Seconds an empty lease by oldest tag that looks once may take on a loaded machine: less
+    than the least a lease that waits on a claim takes (CLAIMANT_POLL, then a look more held a
+    pull wait, after the first look's pull wait), by 0.3 s."""
+    wait = backend.settings.pubsub_pull_wait
+    return 2 * wait + CLAIMANT_POLL - 0.3
+
+
+def test_an_empty_lease_by_oldest_tag_after_a_drain_waits_no_claims_nobody_holds(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """A worker alone leases by oldest tag until the queue is empty (the pull_counter client):
+    its empty leases look once, the claims subscription pulled until every token came (a pull
+    brings a share of them), and answer after a pull wait. A token the look did not see counted
+    as another process's claim, and each empty lease then waited for it (await_claimants) and
+    looked again: 2.5-7 s, not 1.05."""
+    queue = Queue("pull-counter", backend)
+    for tag in ["dogs", "cats", "dogs", "fish", "cats", "dogs"]:
+        queue.add(Task(tag.encode(), tag=tag))
+    batches: list[list[str]] = []
+    empty: list[float] = []
+    while len(empty) < 2:  # the lease that finds the queue empty, and one more
+        began = time.monotonic()
+        leased = queue.lease(3600, 1000, group_by_tag=True, deadline=60)
+        took = time.monotonic() - began
+        if leased:
+            assert not empty, "a task came after an empty lease"
+            batches.append([str(t.tag) for t in leased])
+            queue.delete(leased)
+        else:
+            empty.append(took)
+        assert len(batches) <= 3, batches
+    assert batches == [["dogs"] * 3, ["cats"] * 2, ["fish"]]
+    # One look held a pull wait and a few round trips (1.03-1.13 s seen); waiting on an unseen
+    # claim adds CLAIMANT_POLL and a look more held a pull wait (2.5-7 s seen).
+    assert max(empty) < one_look_at_most(backend), empty
+
+
+def test_a_claim_taken_for_another_process_s_is_forgotten_once_a_look_sees_it_free(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """A process that took a shard's claim for another process's (here one held it then; a
+    pull bringing a share of the tokens does the same) forgets it once a look sees the token
+    free: its empty lease answers after one look, not after waiting on that claim
+    (await_claimants, CLAIMANT_POLL) and looking again, a second pull wait."""
+    oldest, shared, newest = "yak", "xerus", "zebra"
+    assert len({shard_of(oldest), shard_of(shared), shard_of(newest)}) == 3
+    mine = Queue("claims", backend)
+    with layer.as_emulator():
+        other_backend = PubSubBackend(backend.project, settings=Settings(), auto_create=True)
+    try:
+        other = Queue("claims", other_backend)
+        other_backend.topology("claims")
+        for tag, count in ((oldest, 2), (shared, 3), (newest, 2)):
+            mine.add([Task(tag.encode(), tag=tag) for _ in range(count)])
+        # The oldest tag; the heads of the other two shards probed, given back, remembered.
+        first = mine.lease(60, 100, group_by_tag=True)
+        assert {t.tag for t in first} == {oldest}
+        mine.delete(first)
+        # The other process drains the shared tag's shard and holds its claim (2 left in hand).
+        held = other.lease(60, 1, group_by_tag=True)
+        assert [t.tag for t in held] == [shared]
+        # The remembered head is the oldest: its claim is another process's, the next tag
+        # served.
+        second = mine.lease(60, 100, group_by_tag=True)
+        assert {t.tag for t in second} == {newest}
+        mine.delete(second)
+        rest = other.lease(60, 100, group_by_tag=True)  # its hand, then the claim given back
+        assert [t.tag for t in rest] == [shared] * 2
+        other.delete(held + rest)
+        began = time.monotonic()
+        assert mine.lease(60, 100, group_by_tag=True) == []
+        took = time.monotonic() - began
+    finally:
+        other_backend.close()
+    # One look (1.05-1.06 s seen, 1.53 s at a load average of 350); waiting on the claim
+    # first: 2.7-3.2 s.
+    assert took < one_look_at_most(backend), took
