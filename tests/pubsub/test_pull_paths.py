@@ -12,6 +12,7 @@ Each keeps a lease from waiting, or from answering [], where Pub/Sub would other
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -190,3 +191,57 @@ def test_a_drain_ends_when_a_part_of_its_pull_came_back_empty(
         assert len(after) <= 1 and all(len(asked) == 1 for asked, _ in after), mine
         return
     pytest.fail("no drain had a part of a pull come back empty beside parts with tasks")
+
+
+SLOW = 0.6
+"""Seconds the slow shard's pull answers take (after the pull: its tasks are out meanwhile)."""
+
+
+def _slow_pulls_of(backend: PubSubBackend, subscription: str) -> threading.Event:
+    """Pulls of `subscription` answer SLOW seconds late while the returned event is set."""
+    rpc = backend.rpc
+    pull_many = rpc.pull_many
+    slow = threading.Event()
+
+    def slowed(source: str, sizes: Sequence[int], **kwargs: Any) -> Any:
+        late = slow.is_set() and source == subscription
+        answer = pull_many(source, sizes, **kwargs)
+        if late:
+            time.sleep(SLOW)
+        return answer
+
+    rpc.pull_many = slowed  # type: ignore[method-assign,assignment]
+    return slow
+
+
+def test_a_plain_lease_about_to_answer_nothing_waits_for_the_pulls_left_running(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """A plain lease's first round ends once a subscription answered with messages, even only
+    a task not to hand out (its ETA ahead); the pulls still running go on to the hand. A lease
+    about to answer [] waits for them: here they bring the only tasks due, and a worker that
+    stops at its first empty lease left them behind (the lease answered [] in 0.2 s)."""
+    queue = Queue("late-plain", backend)
+    due, later = _tags_on_shards_apart(2)
+    # Every subscription pulled once, and a task pulled of both shards (their sizes known).
+    queue.add([Task(b"d", tag=due), Task(b"l", tag=later)])
+    leased: list[Task] = []
+    while len(leased) < 2:
+        leased += queue.lease(60, 10)
+    queue.delete(leased)
+    pulls = backend._pulls
+    with pulls._flight_lock:  # the pulls those leases left running (held empty) end
+        assert pulls._flight_lock.wait_for(lambda: not pulls._in_flight, timeout=10)
+    queue.add(Task(b"l", tag=later, countdown=60))
+    queue.add([Task(b"d", tag=due) for _ in range(3)])
+    slow = _slow_pulls_of(backend, backend.topology("late-plain").shards[shard_of(due)])
+    slow.set()
+    first = queue.lease(60, 10)
+    slow.clear()
+    assert first and {t.tag for t in first} == {due}, first
+    rest = first
+    while len(rest) < 3:
+        more = queue.lease(60, 10)
+        assert more, rest
+        rest += more
+    assert len(rest) == 3 and {t.tag for t in rest} == {due}
