@@ -245,3 +245,19 @@ def test_a_plain_lease_about_to_answer_nothing_waits_for_the_pulls_left_running(
         assert more, rest
         rest += more
     assert len(rest) == 3 and {t.tag for t in rest} == {due}
+
+
+def test_a_lease_by_oldest_tag_sees_tasks_added_to_a_shard_it_drained_a_moment_ago(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """A subscription found empty is left out of looks for EMPTY_RECHECK seconds; where empty
+    pulls are held a look pulls it all the same (its pull waits in the server, beside the
+    others). A lease by oldest tag right after tasks were added to the shard its last lease
+    drained answered [] after the pull wait (its one look left the shard out, and was held
+    too long for another), and a worker that stops at its first empty lease left them."""
+    queue = Queue("again", backend)
+    for _ in range(4):
+        queue.add([Task(b"t", tag="yak") for _ in range(5)])
+        leased = queue.lease(60, 100, group_by_tag=True)
+        assert len(leased) == 5 and {t.tag for t in leased} == {"yak"}
+        queue.delete(leased)
