@@ -1,18 +1,19 @@
-"""Three pull paths of the Pub/Sub adapter, each seen through the realistic layer at 10 ms.
+"""Pull paths of the Pub/Sub adapter that had no test of their own, through the realistic layer.
 
-Each keeps a lease from waiting, or from answering [], where Pub/Sub would otherwise make it:
+Each keeps a lease from waiting, or from answering [], where Pub/Sub (10 ms round trips, a
+share of what waits per pull, empty pulls held) would otherwise make it:
 - a last look pulls the claims subscription until it saw every token, and a claim taken for
   another process's on a pull that brought a share of the tokens is forgotten once a look sees
   it free: a worker alone does not wait a second pull wait for claims nobody holds;
 - a drain whose pull in parts had a part come back empty ends there, not after a pull more
   held its whole wait;
 - a plain lease about to answer [] waits for the pulls its first round left running: a worker
-  that stops at its first empty lease would leave their tasks behind.
+  that stops at its first empty lease would leave their tasks behind;
+- a lease by oldest tag looks at a shard drained a moment ago too, where tasks were added since.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -24,6 +25,7 @@ from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.layout import shard_of
 from pullqueue.adapters.pubsub.pulls import CLAIMANT_POLL
+from tests.pubsub.test_late_pulls import _slow_pulls_of
 from tests.support.realpubsub import Knobs, RealisticPubSub
 
 RTT = 0.01
@@ -193,27 +195,6 @@ def test_a_drain_ends_when_a_part_of_its_pull_came_back_empty(
     pytest.fail("no drain had a part of a pull come back empty beside parts with tasks")
 
 
-SLOW = 0.6
-"""Seconds the slow shard's pull answers take (after the pull: its tasks are out meanwhile)."""
-
-
-def _slow_pulls_of(backend: PubSubBackend, subscription: str) -> threading.Event:
-    """Pulls of `subscription` answer SLOW seconds late while the returned event is set."""
-    rpc = backend.rpc
-    pull_many = rpc.pull_many
-    slow = threading.Event()
-
-    def slowed(source: str, sizes: Sequence[int], **kwargs: Any) -> Any:
-        late = slow.is_set() and source == subscription
-        answer = pull_many(source, sizes, **kwargs)
-        if late:
-            time.sleep(SLOW)
-        return answer
-
-    rpc.pull_many = slowed  # type: ignore[method-assign,assignment]
-    return slow
-
-
 def test_a_plain_lease_about_to_answer_nothing_waits_for_the_pulls_left_running(
     layer: RealisticPubSub, backend: PubSubBackend
 ) -> None:
@@ -239,7 +220,7 @@ def test_a_plain_lease_about_to_answer_nothing_waits_for_the_pulls_left_running(
     first = queue.lease(60, 10)
     slow.clear()
     assert first and {t.tag for t in first} == {due}, first
-    rest = first
+    rest = list(first)
     while len(rest) < 3:
         more = queue.lease(60, 10)
         assert more, rest
