@@ -46,7 +46,7 @@ def _slow_pulls_of(backend: PubSubBackend, subscription: str) -> threading.Event
             time.sleep(SLOW)  # pulled: its tasks are out until this answer arrives
         return answer
 
-    rpc.pull_many = slowed  # type: ignore[method-assign]
+    rpc.pull_many = slowed  # type: ignore[method-assign,assignment]
     return slow
 
 

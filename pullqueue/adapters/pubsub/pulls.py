@@ -186,9 +186,11 @@ class PullRounds:
         if hand.found_nothing_since(began, every_task=False):
             return []
         until = min(time.monotonic() + self.settings.pubsub_pull_wait, end)
-        if queue in self._searched:
-            # Empty pulls are held (a look found nothing after the whole pull wait): a look
-            # now waits in the server for tasks, rather than here until the marks expire.
+        if queue in self._searched or self.rpc.holds_empty_pulls:
+            # Empty pulls are held (a look found nothing after the whole pull wait, or a pull
+            # ran to its deadline): a look now waits in the server for tasks, rather than here
+            # until the marks expire. A held look is the last (below): one that left out a
+            # shard drained a moment ago answered [] while tasks added to it since waited.
             hand.forget_empty(topology.sources)
         last = False
         while True:
