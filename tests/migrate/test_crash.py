@@ -37,7 +37,7 @@ from tests.support.faultreport import record
 pytestmark = pytest.mark.faults
 
 TASKS = 5000
-KILLS = 10
+KILLS = 6
 """Trials whose kill left tasks to move (a kill after the last delete proves little)."""
 MAX_TRIALS = 16
 SEED = int(os.environ.get("PULLQUEUE_CRASH_SEED") or time.time_ns() % 1_000_000)

@@ -36,11 +36,11 @@ from tests.support.emulators import shared_emulator_host
 ROOT = Path(__file__).resolve().parents[2]
 IDS = 400
 BRIDGE_IDS = 200
-BRIDGE_ROUNDS = 12
+BRIDGE_ROUNDS = 8
 """Through the bridge each transaction takes twice the calls (two hops) and each restart of the
 bridge waits for it to serve: fewer keep the run near a minute, the apps at work every round."""
 APPS = 3
-ROUNDS = 15
+ROUNDS = 10
 APP_SECONDS = 150
 BRIDGE_START_SECONDS = 60
 """How long the apps may take to finish once the kills stop (they take seconds; an app retries a
