@@ -17,8 +17,27 @@ from google.pubsub_v1 import PublisherClient, SubscriberClient
 from pullqueue import Settings
 from pullqueue.adapters.pubsub import PubSubBackend
 from tests.support.emulators import shared_emulator_host
+from tests.support.realpubsub import Knobs, RealisticPubSub
 
 MakeBackend = Callable[..., PubSubBackend]
+
+
+def service_layer(emulator: str, rtt: float) -> Iterator[RealisticPubSub]:
+    """A layer answering like the service (every knob on, `rtt` s round trips, seeded), for a
+    module's `layer` fixture: `yield from service_layer(emulator, RTT)`."""
+    with RealisticPubSub(emulator, Knobs.service(rtt), seed=7) as made:
+        yield made
+
+
+def backend_behind(layer: RealisticPubSub, prefix: str) -> Iterator[PubSubBackend]:
+    """A backend on a fresh project through `layer` (provisioned as on the emulator), closed
+    after the test: `yield from backend_behind(layer, "svc")` in a `backend` fixture."""
+    with layer.as_emulator():
+        made = PubSubBackend(
+            f"{prefix}-{uuid.uuid4().hex[:12]}", settings=Settings(), auto_create=True
+        )
+    yield made
+    made.close()
 
 
 @pytest.fixture(scope="session")

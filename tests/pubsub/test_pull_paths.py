@@ -15,7 +15,6 @@ share of what waits per pull, empty pulls held) would otherwise make it:
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -25,24 +24,21 @@ from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.layout import shard_of
 from pullqueue.adapters.pubsub.pulls import CLAIMANT_POLL
+from tests.pubsub.conftest import backend_behind, service_layer
 from tests.pubsub.test_late_pulls import _slow_pulls_of
-from tests.support.realpubsub import Knobs, RealisticPubSub
+from tests.support.realpubsub import RealisticPubSub
 
 RTT = 0.01
 
 
 @pytest.fixture
 def layer(emulator: str) -> Iterator[RealisticPubSub]:
-    with RealisticPubSub(emulator, Knobs.service(RTT), seed=7) as made:
-        yield made
+    yield from service_layer(emulator, RTT)
 
 
 @pytest.fixture
 def backend(layer: RealisticPubSub) -> Iterator[PubSubBackend]:
-    with layer.as_emulator():
-        made = PubSubBackend(f"pp-{uuid.uuid4().hex[:12]}", settings=Settings(), auto_create=True)
-    yield made
-    made.close()
+    yield from backend_behind(layer, "pp")
 
 
 def one_look_at_most(backend: PubSubBackend) -> float:

@@ -18,23 +18,20 @@ from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.claims import CLAIM_PULLS
 from pullqueue.adapters.pubsub.layout import shard_of
 from pullqueue.adapters.pubsub.pulls import CLAIMANT_POLL, CLAIMANT_WAIT, NEXT_PULL_WAIT
-from tests.support.realpubsub import Knobs, RealisticPubSub, parse_filter
+from tests.pubsub.conftest import backend_behind, service_layer
+from tests.support.realpubsub import RealisticPubSub, parse_filter
 
 RTT = 0.03
 
 
 @pytest.fixture
 def layer(emulator: str) -> Iterator[RealisticPubSub]:
-    with RealisticPubSub(emulator, Knobs.service(RTT), seed=7) as made:
-        yield made
+    yield from service_layer(emulator, RTT)
 
 
 @pytest.fixture
 def backend(layer: RealisticPubSub) -> Iterator[PubSubBackend]:
-    with layer.as_emulator():
-        made = PubSubBackend(f"svc-{uuid.uuid4().hex[:12]}", settings=Settings(), auto_create=True)
-    yield made
-    made.close()
+    yield from backend_behind(layer, "svc")
 
 
 def tagged(n: int, tags: int) -> list[Task]:
