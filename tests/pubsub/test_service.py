@@ -16,7 +16,7 @@ import pytest
 from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.claims import CLAIM_PULLS
-from pullqueue.adapters.pubsub.layout import shard_of
+from pullqueue.adapters.pubsub.layout import SHARDS, shard_of
 from pullqueue.adapters.pubsub.pulls import CLAIMANT_POLL, CLAIMANT_WAIT, NEXT_PULL_WAIT
 from tests.pubsub.conftest import backend_behind, service_layer
 from tests.support.realpubsub import RealisticPubSub, parse_filter
@@ -32,6 +32,21 @@ def layer(emulator: str) -> Iterator[RealisticPubSub]:
 @pytest.fixture
 def backend(layer: RealisticPubSub) -> Iterator[PubSubBackend]:
     yield from backend_behind(layer, "svc")
+
+
+@pytest.fixture
+def make_layer_backend(layer: RealisticPubSub) -> Iterator[Callable[[str], PubSubBackend]]:
+    """Another process's backend on a project, through the layer."""
+    made: list[PubSubBackend] = []
+
+    def make(project: str) -> PubSubBackend:
+        with layer.as_emulator():
+            made.append(PubSubBackend(project, settings=Settings(), auto_create=True))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.close()
 
 
 def tagged(n: int, tags: int) -> list[Task]:
@@ -135,6 +150,56 @@ def test_a_plain_lease_and_its_delete_take_few_rounds(
         assert len(leased) == 100
         rounds.append(calls.rounds())
     assert sorted(rounds)[2] <= 3, rounds
+
+
+def test_a_plain_lease_and_its_delete_make_few_calls_over_many_shards(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """Tasks over 50 tags sit in 16 shards: a lease pulls as many of the subscriptions that
+    brought tasks lately as fill it (and one other, in turn), and answers with tasks of as few
+    subscriptions as it can, each costing a call of the grant and of the delete. Every
+    subscription pulled and the batch spread over them cost about 30 calls a lease."""
+    queue = Queue("plain-calls", backend)
+    for _ in range(40):
+        queue.add(tagged(100, 50))
+    queue.delete(queue.lease(60, 100))  # the first lease
+    made = []
+    for _ in range(7):
+        with layer.counting() as calls:
+            leased = queue.lease(60, 100)
+            queue.delete(leased)
+        assert len(leased) == 100
+        made.append(calls.count)
+    assert sorted(made)[3] <= 12, made
+
+
+def test_a_plain_lease_finds_tasks_beyond_the_subscriptions_it_tried_first(
+    layer: RealisticPubSub,
+    backend: PubSubBackend,
+    make_layer_backend: Callable[[str], PubSubBackend],
+) -> None:
+    """This process found tasks in half the shards; another process drained them since, and
+    tasks now wait in one shard this one found empty: the lease pulls the rest too before it
+    would answer [] (a worker stops at its first empty lease), in every one of several tries."""
+    other = make_layer_backend(backend.project)
+    mine, theirs = Queue("beyond", backend), Queue("beyond", other)
+    first = [f"a-{i}" for i in range(400) if shard_of(f"a-{i}") < SHARDS // 2][:50]
+    later = [f"b-{i}" for i in range(400) if shard_of(f"b-{i}") >= SHARDS // 2]
+    for attempt, tag in enumerate(later[:4]):
+        mine.add([Task(b"x", tag=t) for t in first])
+        taken: list[Task] = []
+        while len(taken) < len(first):  # every subscription pulled: the first half brought tasks
+            taken += mine.lease(60, 1000)
+        mine.delete(taken)
+        theirs.add([Task(b"y", tag=t) for t in first])
+        while leased := theirs.lease(60, 1000):
+            theirs.delete(leased)
+        mine.add([Task(b"z", tag=tag) for _ in range(20)])
+        found = mine.lease(60, 100)
+        assert found, f"try {attempt}: [] while 20 tasks waited in the shard of {tag!r}"
+        mine.delete(found)
+        while leased := mine.lease(60, 1000):
+            mine.delete(leased)
 
 
 def test_plain_leases_of_several_threads_run_side_by_side(

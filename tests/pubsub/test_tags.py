@@ -18,7 +18,7 @@ import pytest
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.layout import ATTR_TAG, shard_of
-from pullqueue.adapters.pubsub.wire import Delivery
+from pullqueue.adapters.pubsub.wire import Delivery, fewest_sources
 from tests.pubsub.conftest import MakeBackend, raw_pull
 
 pytestmark = pytest.mark.unchecked_names  # names are labels here; no registry
@@ -274,3 +274,31 @@ def test_a_hand_smaller_than_the_queue_serves_whole_shards_first(
             leases.append(batch)
     assert sum(map(len, leases)) == len(tasks)
     assert sorted(len(batch) for batch in leases) == [20] * 200  # every tag in one lease
+
+
+def _delivery(subscription: str, n: int) -> Delivery:
+    return Delivery(
+        subscription=subscription,
+        ack_id=f"{subscription}-{n}",
+        message_id=f"m-{subscription}-{n}",
+        name=f"t-{subscription}-{n}",
+        payload=b"",
+        tag=None,
+        eta=None,
+        published=float(n),
+        attempt=0,
+        retry_limit=None,
+        attributes={},
+        pulled_at=0.0,
+    )
+
+
+def test_a_plain_lease_takes_tasks_of_as_few_subscriptions_as_it_can() -> None:
+    """Its grant and its delete make a call per subscription of its tasks."""
+    held = [_delivery(s, n) for n in range(6) for s in "abcd"][:-3]  # a: 6; b, c, d: 5 each
+    held += [_delivery("e", n) for n in range(8)]
+    taken = fewest_sources(held, 10)
+    assert len(taken) == 10
+    assert {d.subscription for d in taken} == {"e", "a"}, [d.ack_id for d in taken]
+    assert fewest_sources(held, 100) == held
+    assert fewest_sources(held, 0) == []

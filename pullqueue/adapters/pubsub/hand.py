@@ -22,7 +22,7 @@ from pullqueue.adapters.pubsub.provision import QueueTopology
 from pullqueue.adapters.pubsub.republish import Republisher
 from pullqueue.adapters.pubsub.rpc import PubSubRpc
 from pullqueue.adapters.pubsub.turns import Turns
-from pullqueue.adapters.pubsub.wire import Delivery, by_subscription
+from pullqueue.adapters.pubsub.wire import Delivery, by_subscription, fewest_sources
 from pullqueue.config import Settings
 from pullqueue.errors import DeadlineExceededError, Error
 
@@ -224,11 +224,16 @@ class Hand:
         return full, due
 
     def take(self, wanted: Wanted | None, limit: int) -> list[Delivery]:
-        """Remove and return up to limit held deliveries that `wanted` accepts (all: None)."""
+        """Remove and return up to limit held deliveries that `wanted` accepts (all: None; then
+        from as few subscriptions as may be, wire.fewest_sources: a plain lease's grant and
+        delete cost a call per subscription of its tasks)."""
         with self._lock:
-            taken = [
-                h.delivery for h in self._held.values() if wanted is None or wanted(h.delivery)
-            ][: max(limit, 0)]
+            if wanted is None:
+                taken = fewest_sources([h.delivery for h in self._held.values()], max(limit, 0))
+            else:
+                taken = [h.delivery for h in self._held.values() if wanted(h.delivery)][
+                    : max(limit, 0)
+                ]
             for delivery in taken:
                 del self._held[delivery.ack_id]
             self._took(taken)

@@ -21,7 +21,7 @@ from pullqueue.adapters.pubsub.leases import LeaseBook
 from pullqueue.adapters.pubsub.provision import QueueTopology
 from pullqueue.adapters.pubsub.republish import Republisher
 from pullqueue.adapters.pubsub.rpc import PARALLEL_PULLS, Pending, PubSubRpc
-from pullqueue.adapters.pubsub.wire import Delivery, decode
+from pullqueue.adapters.pubsub.wire import Delivery, decode, fewest_sources
 from pullqueue.config import Settings
 from pullqueue.errors import Error
 from pullqueue.logs import log_event
@@ -58,6 +58,13 @@ OVER_ASK_MARGIN = 1.5
 """What a round asks beyond what it needs over the answers' lately share (see _shares)."""
 FULL_YIELD = 0.95
 """A share of what they asked for at which answers count as bringing all (no asking more)."""
+DROP_GRACE = 0.35
+"""Seconds a plain lease's pulls that are not patient are sent with beyond their wait, where
+empty pulls are held (see _pull_each): on a loaded host (or a slow link) an answer bringing
+messages took longer than a 0.15-0.25 s wait, and was dropped at the client's deadline."""
+FEW_SHARE = 0.5
+"""A plain lease's first round that pulled some subscriptions only (_choose) and brought less
+than this share of what it needs pulls the others too."""
 SIZE_GUESS = 2**20
 """Bytes per message assumed of a subscription nothing was pulled from yet (the legacy limit of
 a task); after a pull, the largest message it brought, or an eighth of the guess before if more."""
@@ -260,17 +267,41 @@ class PullRounds:
         granting = early(picked) if early is not None and picked else None
         taken = len(picked)
         live = self._rotate(topology)
+        need = max_tasks - len(picked)
+        chosen = self._choose(live, need)
         try:
             found, more = self._pull_each(
                 queue,
                 topology,
-                live,
-                self._shares(live, max_tasks - len(picked), hand.room()),
+                chosen,
+                self._shares(chosen, need, hand.room()),
                 end,
-                patient=not picked,
+                patient=not picked and chosen == live,
                 spread=True,
                 any_answer=True,
+                grace=True,
             )
+            if chosen != live and len(picked) + len(found) < max_tasks * FEW_SHARE:
+                # The subscriptions that brought tasks lately had few or none now (drained by
+                # other workers): the rest too, and all of them patiently before an answer of
+                # [] (a worker stops at its first empty lease).
+                empty = not picked and not found
+                again = live if empty else [s for s in live if s not in chosen]
+                need = max_tasks - len(picked) - len(found)
+                extra, further = self._pull_each(
+                    queue,
+                    topology,
+                    again,
+                    self._shares(again, need, hand.room()),
+                    end,
+                    patient=empty,
+                    spread=True,
+                    any_answer=True,
+                    grace=True,
+                )
+                found += extra
+                more += [s for s in further if s not in more]
+                chosen = live
         except Error:
             hand.hold(picked)
             raise
@@ -283,7 +314,15 @@ class PullRounds:
             shares = self._shares(more, max_tasks - len(picked), hand.room())
             try:
                 found, more = self._pull_each(
-                    queue, topology, more, shares, end, patient=False, spread=True, cut=False
+                    queue,
+                    topology,
+                    more,
+                    shares,
+                    end,
+                    patient=False,
+                    spread=True,
+                    cut=False,
+                    grace=True,
                 )
             except Error:
                 hand.hold(picked)
@@ -298,15 +337,18 @@ class PullRounds:
             # but to the end by a lease that would answer [] (the round ended on an answer with
             # nothing to hand out: copies acked away, ETAs ahead): a worker stops at its first
             # empty lease, and an empty lease waits a pull wait anyway.
-            self.settle_flights(live, end, whole=not picked)
+            self.settle_flights(chosen, end, whole=not picked)
         if granting is not None:
             picked = granting() + picked[taken:]
         # What pulls left running brought meanwhile.
         picked += hand.take(None, max(max_tasks - len(picked), 0))
         if len(picked) > max_tasks:
+            # What the lease answers with costs a grant and a delete call per subscription.
             picked.sort(key=_age)
-            hand.hold(picked[max_tasks:])
-            return picked[:max_tasks]
+            chosen = fewest_sources(picked, max_tasks)
+            kept = {d.ack_id for d in chosen}
+            hand.hold([d for d in picked if d.ack_id not in kept])
+            return chosen
         return picked
 
     def _shares(self, sources: list[str], need: int, room: int) -> dict[str, int]:
@@ -319,15 +361,43 @@ class PullRounds:
         round brings what the call needs: what comes beyond it is held (within `room`) for the
         next calls."""
         busy = [s for s in sources if self._last.get(s, (0, 0))[1] > 0] or sources
-        factor = 1.0
-        got = self._yield
-        if self.rpc.holds_empty_pulls is not False and got is not None and got < FULL_YIELD:
-            # Half as many again as the answers' average share: each brings a random share.
-            factor = min(OVER_ASK_MARGIN / max(got, 0.01), OVER_ASK_MOST)
+        factor = self._over_ask()
         even = math.ceil(need / len(sources))
         most = math.ceil((need + max(room, 0)) / len(busy))
         each = max(min(math.ceil(need * factor / len(busy)), most), even)
         return {s: each if s in busy else even for s in sources}
+
+    def _over_ask(self) -> float:
+        """Times what a lease needs that a round asks for: 1, or where pulls bring a share of
+        what waits half as many again as the answers' average share (at most OVER_ASK_MOST)."""
+        got = self._yield
+        if self.rpc.holds_empty_pulls is not False and got is not None and got < FULL_YIELD:
+            return min(OVER_ASK_MARGIN / max(got, 0.01), OVER_ASK_MOST)
+        return 1.0
+
+    def _choose(self, live: list[str], need: int) -> list[str]:
+        """The subscriptions a plain lease's first round pulls: unless empty pulls are
+        answered at once (the emulator), and once every one was pulled, as many of those whose
+        last answer brought
+        messages as a pull of PULL_SHARE each fills the need from (in the rotation's order), and
+        one of the others (in turn, so tasks published to it are found); else all of them.
+
+        A plain lease pulling all 17 subscriptions of a queue spread over shards spends 17
+        pulls, then a grant and a delete call per subscription its tasks came from, where the
+        raw client spends 2 calls for 100 messages of one. A round that brings less than
+        FEW_SHARE of the need pulls the rest (_collect_any)."""
+        with self._flight_lock:
+            flying = set(self._in_flight)
+        if self.rpc.holds_empty_pulls is False or any(
+            s not in self._last and s not in flying for s in live
+        ):
+            return live
+        # A pull left running (held, on Pub/Sub) brings what comes to the hand.
+        busy = [s for s in live if s not in flying and self._last[s][1] > 0]
+        idle = [s for s in live if s not in flying and self._last[s][1] == 0]
+        wanted = max(1, math.ceil(need * self._over_ask() / PULL_SHARE))
+        chosen = busy[:wanted] + idle[:1]
+        return chosen if 0 < len(chosen) < len(live) else live
 
     def _rotate(self, topology: QueueTopology) -> list[str]:
         """The queue's subscriptions, starting one further each call so none is starved."""
@@ -724,6 +794,7 @@ class PullRounds:
         spread: bool = False,
         cut: bool = True,
         any_answer: bool = False,
+        grace: bool = False,
     ) -> tuple[list[Delivery], list[str]]:
         """Pull up to `size` (of each, when a mapping) from each source, side by side (an empty
         queue answers after one pull wait, not one per source): what came, and the sources
@@ -731,6 +802,12 @@ class PullRounds:
 
         A source that brought nothing is not asked again for EMPTY_RECHECK seconds. When a pull
         fails, what the others brought is held and the first failure raised.
+
+        `grace` (a plain lease's rounds, where empty pulls are held): a pull that is not patient
+        is sent with DROP_GRACE seconds more than its wait, and the round waits for it no longer
+        than the wait: an answer later than that is left running into the hand (settle_flights)
+        rather than dropped in transfer at its deadline, its messages hidden until their ack
+        deadline.
         """
         if spread:
             # A pull an earlier lease left running brings its tasks to the hand: not again (a
@@ -748,6 +825,8 @@ class PullRounds:
         # The round's bytes are shared among the sources pulled side by side.
         share = self._pull_bytes() // len(sources)
         sizes = dict.fromkeys(sources, size) if isinstance(size, int) else size
+        graced = grace and spread and not patient and self.rpc.holds_empty_pulls is not False
+        extra = DROP_GRACE if graced else 0.0
         held = self._hand(queue)
         calls = [
             functools.partial(
@@ -760,6 +839,7 @@ class PullRounds:
                 patient=patient,
                 spread=spread,
                 beside=beside,
+                grace=extra,
             )
             for source in sources
         ]
@@ -787,17 +867,22 @@ class PullRounds:
                         del self._flight_began[sources[i]]
                     self._flight_lock.notify_all()
 
+        useful: Callable[[list[Delivery] | None], bool] = (
+            # `any_answer`: a round ends once a subscription answered with messages, even none
+            # to hand out yet (an ETA ahead): the next round pulls it again at once, rather
+            # than after the held empty pulls beside it. A round that is not `cut` waits for
+            # every answer (within the wait, with `grace`).
+            (lambda r: r is not None) if any_answer else bool
+        )
         results: Sequence[list[Delivery] | Error | Pending | None] = (
             self.rpc.run_until_useful(
                 calls,
-                # `any_answer`: a round ends once a subscription answered with messages, even none
-                # to hand out yet (an ETA ahead): the next round pulls it again at once, rather
-                # than after the held empty pulls beside it.
-                (lambda r: r is not None) if any_answer else bool,
+                useful if cut else (lambda _r: False),
                 late,
                 pending_hook=flying,
+                give_up=self._next_wait() if extra else None,
             )
-            if spread and cut
+            if spread and (cut or extra)
             else self.rpc.run_each(calls)
         )
         found: list[Delivery] = []
@@ -829,12 +914,14 @@ class PullRounds:
         patient: bool,
         spread: bool = False,
         beside: int = 1,
+        grace: float = 0.0,
     ) -> list[Delivery] | None:
         """Pull up to max_messages, sorted out: the available deliveries; None if none came.
 
         A patient pull (nothing to answer with yet) waits up to pubsub_pull_wait for messages;
         `spread` splits a big pull into a few running side by side; `beside` is the number of
-        subscriptions pulled side by side with this one. Copies this subscription
+        subscriptions pulled side by side with this one; `grace` seconds are added to the
+        pull's deadline (_pull_each). Copies this subscription
         should not serve (an emulator ignoring filters) are acked away; tasks whose ETA is
         ahead are hidden until then with their ack deadline.
         """
@@ -866,6 +953,7 @@ class PullRounds:
             sizes,
             queue=queue,
             wait=max(min(wait, remaining), 0.05),
+            grace=grace,
             budget=max(remaining, 0.05),
             # The answers of pulls side by side share the link: each is given the time of them
             # all to arrive (a subscription's first pull asks for one message).

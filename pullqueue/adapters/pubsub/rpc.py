@@ -200,8 +200,11 @@ class PubSubRpc:
         wait: float,
         budget: float,
         message_bytes: int = 0,
+        grace: float = 0.0,
     ) -> list[Any]:
-        """Up to max_messages ReceivedMessage protobufs, waiting up to `wait` s for the first.
+        """Up to max_messages ReceivedMessage protobufs, waiting up to `wait` s for the first
+        (`grace` s more are added to the deadline sent, not to the wait held empty pulls are
+        judged by).
 
         The deadline sent is the longer of `wait` and the time an answer of max_messages
         messages of message_bytes each takes to arrive (answer_time; the budget grows to allow
@@ -246,7 +249,7 @@ class PubSubRpc:
                         self.holds_empty_pulls = took >= HELD_EMPTY_SHARE * min(wait, timeout)
                 return received
 
-        deadline = max(wait, answer_time(max_messages * message_bytes))
+        deadline = max(wait + grace, answer_time(max_messages * message_bytes))
         return self.call(
             pull,
             queue=queue,
@@ -275,6 +278,7 @@ class PubSubRpc:
         wait: float,
         budget: float,
         message_bytes: int = 0,
+        grace: float = 0.0,
     ) -> tuple[list[list[Any]], Error | None]:
         """Several pulls at once (one per size): what each brought, and the first failure.
 
@@ -290,6 +294,7 @@ class PubSubRpc:
                 wait=wait,
                 budget=budget,
                 message_bytes=message_bytes,
+                grace=grace,
             )
             return [answer], None
         futures = [
@@ -301,6 +306,7 @@ class PubSubRpc:
                 wait=wait,
                 budget=budget,
                 message_bytes=message_bytes,
+                grace=grace,
             )
             for size in sizes
         ]
