@@ -276,7 +276,7 @@ def test_a_hand_smaller_than_the_queue_serves_whole_shards_first(
     assert sorted(len(batch) for batch in leases) == [20] * 200  # every tag in one lease
 
 
-def _delivery(subscription: str, n: int) -> Delivery:
+def _pulled_from(subscription: str, n: int) -> Delivery:
     return Delivery(
         subscription=subscription,
         ack_id=f"{subscription}-{n}",
@@ -295,8 +295,8 @@ def _delivery(subscription: str, n: int) -> Delivery:
 
 def test_a_plain_lease_takes_tasks_of_as_few_subscriptions_as_it_can() -> None:
     """Its grant and its delete make a call per subscription of its tasks."""
-    held = [_delivery(s, n) for n in range(6) for s in "abcd"][:-3]  # a: 6; b, c, d: 5 each
-    held += [_delivery("e", n) for n in range(8)]
+    held = [_pulled_from(s, n) for n in range(6) for s in "abcd"][:-3]  # a: 6; b, c, d: 5 each
+    held += [_pulled_from("e", n) for n in range(8)]
     taken = fewest_sources(held, 10)
     assert len(taken) == 10
     assert {d.subscription for d in taken} == {"e", "a"}, [d.ack_id for d in taken]

@@ -269,6 +269,7 @@ class PullRounds:
         live = self._rotate(topology)
         need = max_tasks - len(picked)
         chosen = self._choose(live, need)
+        looked = time.monotonic()
         try:
             found, more = self._pull_each(
                 queue,
@@ -281,27 +282,35 @@ class PullRounds:
                 any_answer=True,
                 grace=True,
             )
+            empty = not picked and not found
             if chosen != live and len(picked) + len(found) < max_tasks * FEW_SHARE:
                 # The subscriptions that brought tasks lately had few or none now (drained by
-                # other workers): the rest too, and all of them patiently before an answer of
-                # [] (a worker stops at its first empty lease).
-                empty = not picked and not found
-                again = live if empty else [s for s in live if s not in chosen]
+                # other workers): the others that brought tasks when last pulled too, and every
+                # one patiently before an answer of [] (a worker stops at its first empty
+                # lease), for what is left of the pull wait (an empty lease takes a pull wait).
+                lately = [s for s in live if self._last.get(s, (0, 0))[1] > 0]
+                again = live if empty else [s for s in lately if s not in chosen]
                 need = max_tasks - len(picked) - len(found)
-                extra, further = self._pull_each(
-                    queue,
-                    topology,
-                    again,
-                    self._shares(again, need, hand.room()),
-                    end,
-                    patient=empty,
-                    spread=True,
-                    any_answer=True,
-                    grace=True,
+                wait = self.settings.pubsub_pull_wait - (time.monotonic() - looked)
+                extra, further = (
+                    self._pull_each(
+                        queue,
+                        topology,
+                        again,
+                        self._shares(again, need, hand.room()),
+                        end,
+                        patient=empty,
+                        spread=True,
+                        any_answer=True,
+                        grace=True,
+                        wait=max(wait, NEXT_PULL_LEAST) if empty else None,
+                    )
+                    if again
+                    else ([], [])
                 )
                 found += extra
                 more += [s for s in further if s not in more]
-                chosen = live
+                chosen = live if empty else chosen + again
         except Error:
             hand.hold(picked)
             raise
@@ -345,10 +354,10 @@ class PullRounds:
         if len(picked) > max_tasks:
             # What the lease answers with costs a grant and a delete call per subscription.
             picked.sort(key=_age)
-            chosen = fewest_sources(picked, max_tasks)
-            kept = {d.ack_id for d in chosen}
+            answer = fewest_sources(picked, max_tasks)
+            kept = {d.ack_id for d in answer}
             hand.hold([d for d in picked if d.ack_id not in kept])
-            return chosen
+            return answer
         return picked
 
     def _shares(self, sources: list[str], need: int, room: int) -> dict[str, int]:
@@ -795,6 +804,7 @@ class PullRounds:
         cut: bool = True,
         any_answer: bool = False,
         grace: bool = False,
+        wait: float | None = None,
     ) -> tuple[list[Delivery], list[str]]:
         """Pull up to `size` (of each, when a mapping) from each source, side by side (an empty
         queue answers after one pull wait, not one per source): what came, and the sources
@@ -807,7 +817,7 @@ class PullRounds:
         is sent with DROP_GRACE seconds more than its wait, and the round waits for it no longer
         than the wait: an answer later than that is left running into the hand (settle_flights)
         rather than dropped in transfer at its deadline, its messages hidden until their ack
-        deadline.
+        deadline. `wait` replaces a patient pull's wait (the pull wait).
         """
         if spread:
             # A pull an earlier lease left running brings its tasks to the hand: not again (a
@@ -840,6 +850,7 @@ class PullRounds:
                 spread=spread,
                 beside=beside,
                 grace=extra,
+                wait=wait,
             )
             for source in sources
         ]
@@ -867,7 +878,7 @@ class PullRounds:
                         del self._flight_began[sources[i]]
                     self._flight_lock.notify_all()
 
-        useful: Callable[[list[Delivery] | None], bool] = (
+        useful: Callable[[list[Delivery] | Error | Pending | None], bool] = (
             # `any_answer`: a round ends once a subscription answered with messages, even none
             # to hand out yet (an ETA ahead): the next round pulls it again at once, rather
             # than after the held empty pulls beside it. A round that is not `cut` waits for
@@ -915,6 +926,7 @@ class PullRounds:
         spread: bool = False,
         beside: int = 1,
         grace: float = 0.0,
+        wait: float | None = None,
     ) -> list[Delivery] | None:
         """Pull up to max_messages, sorted out: the available deliveries; None if none came.
 
@@ -926,7 +938,8 @@ class PullRounds:
         ahead are hidden until then with their ack deadline.
         """
         remaining = end - time.monotonic()
-        wait = self.settings.pubsub_pull_wait if patient else self._next_wait()
+        if wait is None or not patient:
+            wait = self.settings.pubsub_pull_wait if patient else self._next_wait()
         # One round of pulls brings at most pubsub_pull_bytes (and a hand's worth), by the size
         # estimate: the answer is in memory about three times over (received, parsed, copied).
         fits = self._fitting(source, self._pull_bytes())
@@ -953,7 +966,9 @@ class PullRounds:
             sizes,
             queue=queue,
             wait=max(min(wait, remaining), 0.05),
-            grace=grace,
+            # Parts side by side are waited for together: one found empty would be held the
+            # grace too.
+            grace=grace if parts == 1 else 0.0,
             budget=max(remaining, 0.05),
             # The answers of pulls side by side share the link: each is given the time of them
             # all to arrive (a subscription's first pull asks for one message).
