@@ -19,7 +19,7 @@ from pullqueue.adapters.pubsub.claims import CLAIM_PULLS
 from pullqueue.adapters.pubsub.layout import SHARDS, shard_of
 from pullqueue.adapters.pubsub.pulls import CLAIMANT_POLL, CLAIMANT_WAIT, NEXT_PULL_WAIT
 from tests.pubsub.conftest import backend_behind, service_layer
-from tests.support.realpubsub import RealisticPubSub, parse_filter
+from tests.support.realpubsub import Calls, RealisticPubSub, parse_filter
 
 RTT = 0.03
 
@@ -51,6 +51,25 @@ def make_layer_backend(layer: RealisticPubSub) -> Iterator[Callable[[str], PubSu
 
 def tagged(n: int, tags: int) -> list[Task]:
     return [Task(f"{i}".encode(), tag=f"tag-{i % tags}") for i in range(n)]
+
+
+def plain_pairs(
+    layer: RealisticPubSub, backend: PubSubBackend, name: str, adds: int, pairs: int
+) -> list[Calls]:
+    """The calls of `pairs` lease_tasks(60, 100) + delete_tasks on a queue of `adds` x 100 tasks
+    over 50 tags, after its first lease."""
+    queue = Queue(name, backend)
+    for _ in range(adds):
+        queue.add(tagged(100, 50))
+    queue.delete(queue.lease(60, 100))  # the first lease
+    made = []
+    for _ in range(pairs):
+        with layer.counting() as calls:
+            leased = queue.lease(60, 100)
+            queue.delete(leased)
+        assert len(leased) == 100
+        made.append(calls)
+    return made
 
 
 def test_the_layer_applies_filters_partial_pulls_holds_and_the_cap(
@@ -138,17 +157,7 @@ def test_a_plain_lease_and_its_delete_take_few_rounds(
     """Pulls bring a random share of what they ask for: one round still brings the batch (it
     asks for more, keeping the rest in hand), and held tasks it answers with get their lease
     beside the pulls: a pull round, then the acks (the legacy queue: a call each)."""
-    queue = Queue("plain-rounds", backend)
-    for _ in range(30):
-        queue.add(tagged(100, 50))
-    queue.delete(queue.lease(60, 100))  # the first lease
-    rounds = []
-    for _ in range(5):
-        with layer.counting() as calls:
-            leased = queue.lease(60, 100)
-            queue.delete(leased)
-        assert len(leased) == 100
-        rounds.append(calls.rounds())
+    rounds = [calls.rounds() for calls in plain_pairs(layer, backend, "plain-rounds", 30, 5)]
     assert sorted(rounds)[2] <= 3, rounds
 
 
@@ -159,17 +168,7 @@ def test_a_plain_lease_and_its_delete_make_few_calls_over_many_shards(
     brought tasks lately as fill it (and one other, in turn), and answers with tasks of as few
     subscriptions as it can, each costing a call of the grant and of the delete. Every
     subscription pulled and the batch spread over them cost about 30 calls a lease."""
-    queue = Queue("plain-calls", backend)
-    for _ in range(40):
-        queue.add(tagged(100, 50))
-    queue.delete(queue.lease(60, 100))  # the first lease
-    made = []
-    for _ in range(7):
-        with layer.counting() as calls:
-            leased = queue.lease(60, 100)
-            queue.delete(leased)
-        assert len(leased) == 100
-        made.append(calls.count)
+    made = [calls.count for calls in plain_pairs(layer, backend, "plain-calls", 40, 7)]
     assert sorted(made)[3] <= 12, made
 
 
