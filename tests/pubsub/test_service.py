@@ -17,7 +17,7 @@ from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.claims import CLAIM_PULLS
 from pullqueue.adapters.pubsub.layout import SHARDS, shard_of
-from pullqueue.adapters.pubsub.pulls import CLAIMANT_POLL, CLAIMANT_WAIT, NEXT_PULL_WAIT
+from pullqueue.adapters.pubsub.pulls import CLAIMANT_POLL, CLAIMANT_WAIT, FEW_SHARE, NEXT_PULL_WAIT
 from tests.pubsub.conftest import backend_behind, service_layer
 from tests.support.realpubsub import Calls, RealisticPubSub, parse_filter
 
@@ -57,7 +57,9 @@ def plain_pairs(
     layer: RealisticPubSub, backend: PubSubBackend, name: str, adds: int, pairs: int
 ) -> list[Calls]:
     """The calls of `pairs` lease_tasks(60, 100) + delete_tasks on a queue of `adds` x 100 tasks
-    over 50 tags, after its first lease."""
+    over 50 tags, after its first lease. A lease brings at least half its batch (FEW_SHARE:
+    short of that it pulls the other subscriptions that brought tasks lately), not always all
+    of it: pulls bring a random share of what they ask."""
     queue = Queue(name, backend)
     for _ in range(adds):
         queue.add(tagged(100, 50))
@@ -67,7 +69,7 @@ def plain_pairs(
         with layer.counting() as calls:
             leased = queue.lease(60, 100)
             queue.delete(leased)
-        assert len(leased) == 100
+        assert 100 * FEW_SHARE <= len(leased) <= 100, len(leased)
         made.append(calls)
     return made
 
