@@ -29,13 +29,16 @@ def service_layer(emulator: str, rtt: float) -> Iterator[RealisticPubSub]:
         yield made
 
 
-def backend_behind(layer: RealisticPubSub, prefix: str) -> Iterator[PubSubBackend]:
-    """A backend on a fresh project through `layer` (provisioned as on the emulator), closed
-    after the test: `yield from backend_behind(layer, "svc")` in a `backend` fixture."""
+def backend_on(layer: RealisticPubSub, project: str) -> PubSubBackend:
+    """A backend on `project` through `layer` (provisioned as on the emulator)."""
     with layer.as_emulator():
-        made = PubSubBackend(
-            f"{prefix}-{uuid.uuid4().hex[:12]}", settings=Settings(), auto_create=True
-        )
+        return PubSubBackend(project, settings=Settings(), auto_create=True)
+
+
+def backend_behind(layer: RealisticPubSub, prefix: str) -> Iterator[PubSubBackend]:
+    """A backend on a fresh project through `layer`, closed after the test:
+    `yield from backend_behind(layer, "svc")` in a `backend` fixture."""
+    made = backend_on(layer, f"{prefix}-{uuid.uuid4().hex[:12]}")
     yield made
     made.close()
 

@@ -18,7 +18,7 @@ from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.claims import CLAIM_PULLS
 from pullqueue.adapters.pubsub.layout import SHARDS, shard_of
 from pullqueue.adapters.pubsub.pulls import CLAIMANT_POLL, CLAIMANT_WAIT, FEW_SHARE, NEXT_PULL_WAIT
-from tests.pubsub.conftest import backend_behind, service_layer
+from tests.pubsub.conftest import backend_behind, backend_on, service_layer
 from tests.support.realpubsub import Calls, RealisticPubSub, parse_filter
 
 RTT = 0.03
@@ -40,8 +40,7 @@ def make_layer_backend(layer: RealisticPubSub) -> Iterator[Callable[[str], PubSu
     made: list[PubSubBackend] = []
 
     def make(project: str) -> PubSubBackend:
-        with layer.as_emulator():
-            made.append(PubSubBackend(project, settings=Settings(), auto_create=True))
+        made.append(backend_on(layer, project))
         return made[-1]
 
     yield make

@@ -288,8 +288,7 @@ class PullRounds:
                 # other workers): the others that brought tasks when last pulled too, and every
                 # one patiently before an answer of [] (a worker stops at its first empty
                 # lease), for what is left of the pull wait (an empty lease takes a pull wait).
-                lately = [s for s in live if self._last.get(s, (0, 0))[1] > 0]
-                again = live if empty else [s for s in lately if s not in chosen]
+                again = live if empty else [s for s in live if s not in chosen and self._brought(s)]
                 need = max_tasks - len(picked) - len(found)
                 wait = self.settings.pubsub_pull_wait - (time.monotonic() - looked)
                 extra, further = (
@@ -369,12 +368,16 @@ class PullRounds:
         asked for as many more as answers lately fell short, up to OVER_ASK_MOST times, so one
         round brings what the call needs: what comes beyond it is held (within `room`) for the
         next calls."""
-        busy = [s for s in sources if self._last.get(s, (0, 0))[1] > 0] or sources
+        busy = [s for s in sources if self._brought(s)] or sources
         factor = self._over_ask()
         even = math.ceil(need / len(sources))
         most = math.ceil((need + max(room, 0)) / len(busy))
         each = max(min(math.ceil(need * factor / len(busy)), most), even)
         return {s: each if s in busy else even for s in sources}
+
+    def _brought(self, source: str) -> bool:
+        """Whether the subscription's last pull brought messages."""
+        return self._last.get(source, (0, 0))[1] > 0
 
     def _over_ask(self) -> float:
         """Times what a lease needs that a round asks for: 1, or where pulls bring a share of
@@ -402,8 +405,8 @@ class PullRounds:
         ):
             return live
         # A pull left running (held, on Pub/Sub) brings what comes to the hand.
-        busy = [s for s in live if s not in flying and self._last[s][1] > 0]
-        idle = [s for s in live if s not in flying and self._last[s][1] == 0]
+        busy = [s for s in live if s not in flying and self._brought(s)]
+        idle = [s for s in live if s not in flying and not self._brought(s)]
         wanted = max(1, math.ceil(need * self._over_ask() / PULL_SHARE))
         chosen = busy[:wanted] + idle[:1]
         return chosen if 0 < len(chosen) < len(live) else live
