@@ -58,6 +58,12 @@ class Knobs:
     """Ack deadlines over 600 s are refused with INVALID_ARGUMENT."""
     lost_acks: float = 0.0
     """Share of acknowledged ids silently dropped (they come back at their ack deadline)."""
+    slow_answers: float = 0.0
+    """Seconds more a pull that brings messages takes to answer (a loaded server or link): an
+    answer arriving after the client's deadline is lost, its messages out until their ack
+    deadline."""
+    slow_only: str = ""
+    """`slow_answers` applies to the subscriptions whose name holds this (all when empty)."""
 
     @classmethod
     def service(cls, rtt: float = 0.03, *, lost_acks: float = 0.0) -> Knobs:
@@ -394,6 +400,8 @@ class RealisticPubSub:
                     self._settle(pull.subscription, [m.ack_id for m in rejected], None)
                     messages = [m for m in messages if predicate(dict(m.message.attributes))]
             if messages or not knobs.hold_empty or pull.return_immediately:
+                if messages and knobs.slow_answers and knobs.slow_only in pull.subscription:
+                    time.sleep(knobs.slow_answers)
                 del answer.received_messages[:]
                 answer.received_messages.extend(messages)
                 return answer.SerializeToString()  # type: ignore[no-any-return]
