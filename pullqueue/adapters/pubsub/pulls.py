@@ -878,8 +878,13 @@ class PullRounds:
             )
             for source in sources
         ]
+        # A join waits for the pulls it joins as long as a pull in their place would be held.
+        joined_wait = min(
+            (wait or self.settings.pubsub_pull_wait) if patient else self._next_wait() + extra,
+            max(end - time.monotonic(), 0.0),
+        )
         calls = [
-            functools.partial(self._join, queue, source, sizes[source], end, pull)
+            functools.partial(self._join, queue, source, sizes[source], joined_wait, pull)
             if source in joining
             else pull
             for source, pull in zip(sources, pulls, strict=True)
@@ -958,21 +963,29 @@ class PullRounds:
         queue: str,
         source: str,
         limit: int,
-        end: float,
+        wait: float,
         pull: Callable[[], list[Delivery] | None],
     ) -> list[Delivery] | None:
-        """What the pulls earlier leases left running on `source` brought, once they ended
-        (by `end`), taken back from the hand (up to `limit`); when none of it is there, `pull`.
+        """What the pulls earlier leases left running on `source` brought, once they ended,
+        taken back from the hand (up to `limit`). None when they found it empty, or had not
+        ended within `wait` seconds (what a pull in their place would have been held); `pull`
+        when there were none (their tasks were taken) or they failed.
 
         Where empty pulls are held, such a pull is held until a task comes or its deadline: a
         lease that pulled the subscription beside it would be held empty while the other's
         answer brought the tasks it looks for to the hand.
         """
         with self._flight_lock:
-            self._flight_lock.wait_for(
-                lambda: source not in self._in_flight, timeout=max(end - time.monotonic(), 0.0)
+            ended = self._flight_lock.wait_for(
+                lambda: source not in self._in_flight, timeout=max(wait, 0.0)
             )
-        return self._hand(queue).take(lambda d: d.subscription == source, limit) or pull()
+        held = self._hand(queue)
+        taken = held.take(lambda d: d.subscription == source, limit)
+        if taken:
+            return taken
+        if not ended or held.marked(source, time.monotonic()):
+            return None
+        return pull()
 
     def _pull_one(
         self,
