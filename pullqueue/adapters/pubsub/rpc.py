@@ -241,10 +241,7 @@ class PubSubRpc:
                 received = list(pubsub_types.PullResponse.pb(response).received_messages)
                 took = time.monotonic() - began
                 if received:
-                    if took <= wait:
-                        # Later, within the grace, it may have been held empty until a
-                        # message came (a pull left running): not an answer's time.
-                        self._answered(took)
+                    self._answered(took)
                 else:
                     # An empty answer sent near the deadline was held too (a server may answer
                     # [] just before the client's timer fires rather than let it pass).
