@@ -15,7 +15,7 @@ share of what waits per pull, empty pulls held) would otherwise make it:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -253,6 +253,23 @@ def test_a_lease_by_oldest_tag_sees_tasks_added_to_a_shard_it_drained_a_moment_a
         queue.delete(leased)
 
 
+def _lease_with_slow_answers(
+    layer: RealisticPubSub, queue: Queue, slow_only: str, seconds: Callable[[], float]
+) -> list[Task]:
+    """A lease by oldest tag of 30 'emu' tasks while pulls of the subscriptions named with
+    `slow_only` that bring messages answer `seconds()` late, after a lease and delete of 30
+    'yak' tasks (this process knows the sizes, answer times and claim tokens by then)."""
+    queue.add([Task(b"t", tag="yak") for _ in range(30)])
+    queue.delete(queue.lease(60, 100, group_by_tag=True))
+    queue.add([Task(b"t", tag="emu") for _ in range(30)])
+    layer.knobs.slow_only = slow_only
+    layer.knobs.slow_answers = seconds()
+    try:
+        return queue.lease(60, 100, group_by_tag=True)
+    finally:
+        layer.knobs.slow_answers = 0.0
+
+
 def test_a_drain_answer_after_its_wait_reaches_the_next_lease_not_the_ack_deadline(
     layer: RealisticPubSub, backend: PubSubBackend
 ) -> None:
@@ -262,16 +279,9 @@ def test_a_drain_answer_after_its_wait_reaches_the_next_lease_not_the_ack_deadli
     5). Such a pull is sent with DROP_GRACE more than the wait and left running into the hand:
     its tasks reach the next lease, not the ack deadline (60 s) later."""
     queue = Queue("slow", backend)
-    queue.add([Task(b"t", tag="yak") for _ in range(30)])
-    first = queue.lease(60, 100, group_by_tag=True)  # sizes and answer times are known now
-    queue.delete(first)
-    queue.add([Task(b"t", tag="emu") for _ in range(30)])
-    layer.knobs.slow_only = "-shard-"
-    layer.knobs.slow_answers = backend._pulls._next_wait() + 0.1
-    try:
-        leased = queue.lease(60, 100, group_by_tag=True)
-    finally:
-        layer.knobs.slow_answers = 0.0
+    leased = _lease_with_slow_answers(
+        layer, queue, "-shard-", lambda: backend._pulls._next_wait() + 0.1
+    )
     began = time.monotonic()
     for _ in range(3):
         if len(leased) < 30:
@@ -289,15 +299,7 @@ def test_a_claims_pull_answered_after_its_wait_gives_its_tokens_back(
     took their shards for claimed elsewhere and leased none of their tasks (0 of 30 in 12.6
     s). Sent with a grace, a late answer's tokens are given back at once."""
     queue = Queue("tokens", backend)
-    queue.add([Task(b"t", tag="yak") for _ in range(30)])
-    queue.delete(queue.lease(60, 100, group_by_tag=True))  # the tokens are known now
-    queue.add([Task(b"t", tag="emu") for _ in range(30)])
-    layer.knobs.slow_only = "-claims"
-    layer.knobs.slow_answers = CLAIM_WAIT + 0.1
-    try:
-        leased = queue.lease(60, 100, group_by_tag=True)
-    finally:
-        layer.knobs.slow_answers = 0.0
+    leased = _lease_with_slow_answers(layer, queue, "-claims", lambda: CLAIM_WAIT + 0.1)
     began = time.monotonic()
     while len(leased) < 30 and time.monotonic() - began < 10:
         leased += queue.lease(60, 100, group_by_tag=True)

@@ -303,7 +303,8 @@ class Hand:
                 self._marks.pop(source, None)
 
     def probed(self, sources: Iterable[str]) -> None:
-        """A probe brought tasks of these subscriptions: they are not drained to empty."""
+        """A probe (or a pull answered after its lease) brought tasks of these subscriptions:
+        they are not drained to empty."""
         with self._lock:
             self._emptied.difference_update(sources)
 

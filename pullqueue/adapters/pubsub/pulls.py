@@ -975,10 +975,9 @@ class PullRounds:
         lease that pulled the subscription beside it would be held empty while the other's
         answer brought the tasks it looks for to the hand.
         """
+        self.settle_flights([source], time.monotonic() + wait, whole=True)
         with self._flight_lock:
-            ended = self._flight_lock.wait_for(
-                lambda: source not in self._in_flight, timeout=max(wait, 0.0)
-            )
+            ended = source not in self._in_flight
         held = self._hand(queue)
         taken = held.take(lambda d: d.subscription == source, limit)
         if taken:
