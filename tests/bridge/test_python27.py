@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,10 @@ def _py27_env() -> dict[str, str]:
     return {k: os.environ[k] for k in keep if k in os.environ}
 
 
+def _without(environ: Mapping[str, str], name: str) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k != name}
+
+
 class BridgeProcess:
     """`pullqueue bridge` in its own process, as a sidecar runs it."""
 
@@ -72,7 +76,9 @@ class BridgeProcess:
         self.port = free_port()
         self.process = subprocess.Popen(
             [*PULLQUEUE, "bridge", "--url", url, "--listen", f"127.0.0.1:{self.port}", *args],
-            env={**os.environ, **(env or {})},
+            # Not this process's GOOGLE_CLOUD_PROJECT (the default --app-id): in-process
+            # testbed tests leave it set to "testbed-test".
+            env={**_without(os.environ, "GOOGLE_CLOUD_PROJECT"), **(env or {})},
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,
