@@ -93,6 +93,10 @@ class Calls:
     def by_method(self) -> Counter[str]:
         return Counter(call.method for call in self._calls)
 
+    def lasting(self, method: str, seconds: float) -> int:
+        """Calls of `method` that took `seconds` or longer (a pull held to its deadline)."""
+        return sum(1 for c in self._calls if c.method == method and c.end - c.start >= seconds)
+
     def rounds(self, *methods: str) -> int:
         """Round trips one after another: the longest chain of calls (of `methods`, when
         given) each begun after the previous one answered (calls side by side are one round)."""

@@ -34,6 +34,11 @@ RETENTION_RESERVE = 24 * 3600.0
 """... and so is one this close (seconds) to the end of the subscription's retention."""
 EMPTY_RECHECK = 0.5
 """Seconds a subscription found empty is left out of probes."""
+EMPTY_BEHIND = 2.0
+"""Seconds a subscription found empty is left out of the probes of a lease with tasks in hand,
+where empty pulls are held (Pub/Sub): such a probe looks for a task older than those in hand,
+and one published since the subscription was found empty is younger; probing it cost every
+lease by oldest tag a pull held its short wait (0.15-0.25 s)."""
 CLAIMED_RECHECK = 5.0
 """Seconds a shard another process holds the claim of is left out of probes."""
 HEAD_MEMORY = 5.0
@@ -101,6 +106,9 @@ class Hand:
         """When this process last started a lease by oldest tag (POSIX seconds)."""
         self._marks: dict[str, float] = {}
         """Subscription -> until when (monotonic) probes leave it out: found empty, or claimed."""
+        self._found_empty: dict[str, float] = {}
+        """Subscription -> when (monotonic) a pull of this process last found it empty (since
+        this process gave it nothing back)."""
         self._emptied: set[str] = set()
         """Subscriptions drained to empty into the hand and given nothing back since."""
         self._unclaimed: set[str] = set()
@@ -284,8 +292,23 @@ class Hand:
 
     def mark_empty(self, source: str) -> None:
         with self._lock:
-            self._marks[source] = time.monotonic() + EMPTY_RECHECK
+            now = time.monotonic()
+            self._marks[source] = now + EMPTY_RECHECK
+            self._found_empty[source] = now
             self._heads.pop(source, None)
+
+    def unanswered(self, source: str) -> None:
+        """A pull of the subscription is left running past its wait where empty pulls are held
+        (a pull where a task waits answers in a round trip): found empty, unless it brings tasks
+        (probed)."""
+        with self._lock:
+            self._found_empty[source] = time.monotonic()
+
+    def empty_behind(self, source: str, now: float) -> bool:
+        """True when this process found the subscription empty less than EMPTY_BEHIND seconds
+        ago and gave it nothing back since: a task there now came after those in hand."""
+        with self._lock:
+            return self._found_empty.get(source, -math.inf) + EMPTY_BEHIND > now
 
     def unmark(self, sources: Iterable[str]) -> None:
         """This process gave tasks back to these subscriptions: they are not empty now."""
@@ -293,6 +316,7 @@ class Hand:
             self._nothing.clear()
             for source in sources:
                 self._marks.pop(source, None)
+                self._found_empty.pop(source, None)
                 self._emptied.discard(source)
 
     def forget_empty(self, sources: Iterable[str]) -> None:
@@ -307,6 +331,8 @@ class Hand:
         they are not drained to empty."""
         with self._lock:
             self._emptied.difference_update(sources)
+            for source in sources:
+                self._found_empty.pop(source, None)
 
     def emptied(self, source: str) -> bool:
         """True when the subscription was drained to empty and given nothing back since."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
@@ -73,6 +74,16 @@ LATE_LEAST = 0.02
 """Least seconds the other calls of a round get after the first useful answer."""
 ANSWER_TIME = (0.05, 1.0)
 """Least and most seconds a pull's answer is given to arrive in."""
+
+
+# The client warns on every pull with return_immediately; pullqueue sets it on purpose, for one
+# kind of pull (PullRounds._glance), and says so in docs/pubsub.md.
+warnings.filterwarnings(
+    "ignore",
+    message="The return_immediately flag is deprecated",
+    category=DeprecationWarning,
+    module="google.pubsub_v1",
+)
 
 
 def answer_time(answer_bytes: int) -> float:
@@ -209,10 +220,13 @@ class PubSubRpc:
         budget: float,
         message_bytes: int = 0,
         grace: float = 0.0,
+        immediately: bool = False,
     ) -> list[Any]:
         """Up to max_messages ReceivedMessage protobufs, waiting up to `wait` s for the first
         (`grace` s more are added to the deadline sent, not to the wait held empty pulls are
-        judged by).
+        judged by). `immediately` asks the server not to hold the pull when nothing waits
+        (`return_immediately`, which Pub/Sub deprecates for polling: such a pull may miss a
+        message just published; see PullRounds._glance for its one use).
 
         The deadline sent is the longer of `wait` and the time an answer of max_messages
         messages of message_bytes each takes to arrive (answer_time; the budget grows to allow
@@ -233,7 +247,11 @@ class PubSubRpc:
             while True:
                 size = min(max_messages, self._pull_caps.get(subscription, max_messages))
                 request = pubsub_types.PullRequest.wrap(
-                    pubsub_types.PullRequest.pb()(subscription=subscription, max_messages=size)
+                    pubsub_types.PullRequest.pb()(
+                        subscription=subscription,
+                        max_messages=size,
+                        return_immediately=immediately,
+                    )
                 )
                 try:
                     response = self.subscriber.pull(request=request, retry=None, timeout=timeout)
@@ -254,7 +272,7 @@ class PubSubRpc:
                 else:
                     # An empty answer sent near the deadline was held too (a server may answer
                     # [] just before the client's timer fires rather than let it pass).
-                    if wait >= HELD_EMPTY_LEAST:
+                    if wait >= HELD_EMPTY_LEAST and not immediately:
                         self.holds_empty_pulls = took >= HELD_EMPTY_SHARE * min(wait, timeout)
                 return received
 
@@ -290,6 +308,7 @@ class PubSubRpc:
         budget: float,
         message_bytes: int = 0,
         grace: float = 0.0,
+        immediately: bool = False,
     ) -> tuple[list[list[Any]], Error | None]:
         """Several pulls at once (one per size): what each brought, and the first failure.
 
@@ -306,6 +325,7 @@ class PubSubRpc:
                 budget=budget,
                 message_bytes=message_bytes,
                 grace=grace,
+                immediately=immediately,
             )
             return [answer], None
         futures = [
@@ -318,6 +338,7 @@ class PubSubRpc:
                 budget=budget,
                 message_bytes=message_bytes,
                 grace=grace,
+                immediately=immediately,
             )
             for size in sizes
         ]
