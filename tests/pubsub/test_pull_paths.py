@@ -29,6 +29,7 @@ from pullqueue.adapters.pubsub.claims import CLAIM_WAIT
 from pullqueue.adapters.pubsub.layout import shard_of
 from pullqueue.adapters.pubsub.pulls import CLAIMANT_POLL
 from tests.pubsub.conftest import backend_behind, service_layer
+from tests.pubsub.test_empty_leases import _tags_on_shard_of
 from tests.pubsub.test_late_pulls import _slow_pulls_of
 from tests.support.realpubsub import RealisticPubSub
 
@@ -311,12 +312,6 @@ def test_a_claims_pull_answered_after_its_wait_gives_its_tokens_back(
     )
 
 
-def _tags_of_one_shard(count: int) -> list[str]:
-    shard = shard_of("lynx-0")
-    found = (f"lynx-{i}" for i in range(10_000) if shard_of(f"lynx-{i}") == shard)
-    return [next(found) for _ in range(count)]
-
-
 def test_leases_by_oldest_tag_served_from_the_hand_hold_no_pull_their_wait(
     layer: RealisticPubSub, backend: PubSubBackend
 ) -> None:
@@ -326,7 +321,7 @@ def test_leases_by_oldest_tag_served_from_the_hand_hold_no_pull_their_wait(
     this process found empty a moment ago is not probed by a lease with tasks in hand (what
     came since is younger), and a fill-up first pulls it with return_immediately."""
     queue = Queue("served", backend)
-    tags = _tags_of_one_shard(6)
+    tags = _tags_on_shard_of("lynx", 6)
     queue.add([Task(b"t", tag=tag) for tag in tags for _ in range(3)])
     first = queue.lease(60, 100, group_by_tag=True)  # drains the shard into the hand
     queue.delete(first)
@@ -353,7 +348,7 @@ def test_a_fill_up_sees_a_task_of_its_tag_added_after_the_drain(
     """The fill-up of a shard drained a moment ago is a pull with return_immediately: a task of
     the tag published since is still leased with the rest of its tag."""
     queue = Queue("glance", backend)
-    first_tag, second_tag = _tags_of_one_shard(2)
+    first_tag, second_tag = _tags_on_shard_of("lynx", 2)
     queue.add([Task(b"a", tag=first_tag) for _ in range(3)])
     queue.add([Task(b"b", tag=second_tag) for _ in range(3)])
     first = queue.lease(60, 100, group_by_tag=True)  # the shard drained: both tags in hand

@@ -330,8 +330,8 @@ class Hand:
         """A probe (or a pull answered after its lease) brought tasks of these subscriptions:
         they are not drained to empty."""
         with self._lock:
-            self._emptied.difference_update(sources)
             for source in sources:
+                self._emptied.discard(source)
                 self._found_empty.pop(source, None)
 
     def emptied(self, source: str) -> bool:

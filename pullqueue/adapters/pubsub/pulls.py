@@ -593,10 +593,10 @@ class PullRounds:
           pull may be missed by it (Pub/Sub answers with what it has at hand): a later lease
           of its tag leases it. A glance that fails leaves the subscription to the fill-up.
         """
-        held = self._hand(queue)
-        now = time.monotonic()
         if self.rpc.holds_empty_pulls is not True:
             return sources
+        held = self._hand(queue)
+        now = time.monotonic()
         with self._flight_lock:
             flying = set(self._in_flight)
         behind = [s for s in sources if held.empty_behind(s, now)]
@@ -604,8 +604,6 @@ class PullRounds:
         # what it brought, and the fill-up then pulled the subscription again, held.
         watched = {s for s in behind if s in flying}
         glances = [s for s in behind if s not in watched]
-        if not glances:
-            return [s for s in sources if s not in watched]
         size = max(min(held.room(), 1000), 1)
 
         def glance(source: str) -> list[Delivery] | None:
