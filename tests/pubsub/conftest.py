@@ -16,6 +16,7 @@ from google.pubsub_v1 import PublisherClient, SubscriberClient
 
 from pullqueue import Settings
 from pullqueue.adapters.pubsub import PubSubBackend
+from pullqueue.adapters.pubsub.layout import shard_of
 from tests.support.emulators import shared_emulator_host
 from tests.support.realpubsub import Knobs, RealisticPubSub
 
@@ -41,6 +42,12 @@ def backend_behind(layer: RealisticPubSub, prefix: str) -> Iterator[PubSubBacken
     made = backend_on(layer, f"{prefix}-{uuid.uuid4().hex[:12]}")
     yield made
     made.close()
+
+
+def tags_on_shard_of(tag: str, count: int) -> list[str]:
+    """`count` tags other than `tag` that hash onto its shard (of the default 16)."""
+    found = (f"t-{i}" for i in range(100_000) if shard_of(f"t-{i}") == shard_of(tag))
+    return [next(found) for _ in range(count)]
 
 
 @pytest.fixture(scope="session")

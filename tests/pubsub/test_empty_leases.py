@@ -12,16 +12,9 @@ import threading
 import time
 
 from pullqueue import Queue, Task
-from pullqueue.adapters.pubsub.layout import shard_of
-from tests.pubsub.conftest import MakeBackend
+from tests.pubsub.conftest import MakeBackend, tags_on_shard_of
 
 TAG = "alpha"
-
-
-def _tags_on_shard_of(tag: str, count: int) -> list[str]:
-    """`count` tags other than `tag` that hash onto its shard."""
-    found = (f"t-{i}" for i in range(100_000) if shard_of(f"t-{i}") == shard_of(tag))
-    return [next(found) for _ in range(count)]
 
 
 def test_an_idle_process_hears_one_empty_lease_per_pull_wait(make_backend: MakeBackend) -> None:
@@ -30,7 +23,7 @@ def test_an_idle_process_hears_one_empty_lease_per_pull_wait(make_backend: MakeB
     # wait, a worker looping on lease heard [] about 20 times a second.
     holder = Queue("idle", make_backend())
     idle = Queue("idle", make_backend(pubsub_pull_wait=1.0))
-    tags = _tags_on_shard_of(TAG, 5)
+    tags = tags_on_shard_of(TAG, 5)
     holder.add([Task(b"x", tag=tag) for tag in tags for _ in range(4)])
     assert len(holder.lease(60, 10, group_by_tag=True)) == 4  # the rest is in its hand
     empty = 0
@@ -83,7 +76,7 @@ def test_a_process_waits_for_tasks_another_process_holds_and_gets_them_when_it_s
     holder_backend = make_backend()
     holder = Queue("claimant", holder_backend)
     other = Queue("claimant", make_backend(pubsub_pull_wait=0.5))
-    first, second, later = _tags_on_shard_of(TAG, 3)
+    first, second, later = tags_on_shard_of(TAG, 3)
     holder.add([Task(b"a", tag=first)])
     time.sleep(0.01)
     holder.add([Task(b"b", tag=second) for _ in range(3)])

@@ -28,8 +28,7 @@ from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.claims import CLAIM_WAIT
 from pullqueue.adapters.pubsub.layout import shard_of
 from pullqueue.adapters.pubsub.pulls import CLAIMANT_POLL
-from tests.pubsub.conftest import backend_behind, service_layer
-from tests.pubsub.test_empty_leases import _tags_on_shard_of
+from tests.pubsub.conftest import backend_behind, service_layer, tags_on_shard_of
 from tests.pubsub.test_late_pulls import _slow_pulls_of
 from tests.support.realpubsub import RealisticPubSub
 
@@ -295,6 +294,22 @@ def test_a_drain_answer_after_its_wait_reaches_the_next_lease_not_the_ack_deadli
     )
 
 
+def test_a_drain_waits_for_its_pull_answered_after_its_wait_and_leases_the_tag_whole(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """The same slow answers: the drain joins its pull left running (its tasks reach the hand
+    within the grace) rather than end without them, so the lease has the whole tag. Before, it
+    ended the drain and the lease answered part of the tag (a pull in parts with a part held
+    empty, on a loaded machine: 89 of 200, the other 111 in the next lease)."""
+    queue = Queue("joined", backend)
+    leased = _lease_with_slow_answers(
+        layer, queue, "-shard-", lambda: backend._pulls._next_wait() + 0.1
+    )
+    assert len({t.name for t in leased}) == 30 and {t.tag for t in leased} == {"emu"}, (
+        f"{len(leased)} of 30 in the lease"
+    )
+
+
 def test_a_claims_pull_answered_after_its_wait_gives_its_tokens_back(
     layer: RealisticPubSub, backend: PubSubBackend
 ) -> None:
@@ -321,7 +336,7 @@ def test_leases_by_oldest_tag_served_from_the_hand_hold_no_pull_their_wait(
     this process found empty a moment ago is not probed by a lease with tasks in hand (what
     came since is younger), and a fill-up first pulls it with return_immediately."""
     queue = Queue("served", backend)
-    tags = _tags_on_shard_of("lynx", 6)
+    tags = tags_on_shard_of("lynx", 6)
     queue.add([Task(b"t", tag=tag) for tag in tags for _ in range(3)])
     first = queue.lease(60, 100, group_by_tag=True)  # drains the shard into the hand
     queue.delete(first)
@@ -348,7 +363,7 @@ def test_a_fill_up_sees_a_task_of_its_tag_added_after_the_drain(
     """The fill-up of a shard drained a moment ago is a pull with return_immediately: a task of
     the tag published since is still leased with the rest of its tag."""
     queue = Queue("glance", backend)
-    first_tag, second_tag = _tags_on_shard_of("lynx", 2)
+    first_tag, second_tag = tags_on_shard_of("lynx", 2)
     queue.add([Task(b"a", tag=first_tag) for _ in range(3)])
     queue.add([Task(b"b", tag=second_tag) for _ in range(3)])
     first = queue.lease(60, 100, group_by_tag=True)  # the shard drained: both tags in hand
@@ -358,3 +373,73 @@ def test_a_fill_up_sees_a_task_of_its_tag_added_after_the_drain(
     time.sleep(0.1)  # published, as a task added a moment before a lease is
     second = queue.lease(60, 100, group_by_tag=True)
     assert sorted(t.payload for t in second) == [b"b", b"b", b"b", b"c"], second
+
+
+def test_a_lease_by_oldest_tag_gives_its_shard_token_back_beside_its_grant(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """The lease that serves a drained shard's last tag gives the shard's token back. That went
+    in a round of its own before the lease's grant (3 rounds, not 2, at 30 ms); it goes beside
+    the grant now, and the lease waits for both."""
+    queue = Queue("rounds", backend)
+    tags = tags_on_shard_of("lynx", 3)
+    queue.add([Task(b"t", tag=tag) for tag in tags for _ in range(3)])
+    queue.delete(queue.lease(60, 100, group_by_tag=True))  # drains the shard into the hand
+    queue.delete(queue.lease(60, 100, group_by_tag=True))
+    with layer.counting() as calls:
+        # 120 s: the grant sets every deadline (one that ends with the lease as pulled is not).
+        last = queue.lease(120, 100, group_by_tag=True)
+    assert len(last) == 3
+    modifies = calls.of("ModifyAckDeadline")  # the token's (to 0) and the grant's
+    assert len(modifies) == 2, calls.by_method()
+    first, second = sorted(modifies, key=lambda c: c.start)
+    assert second.start < first.end, "one after the other"
+    queue.delete(last)
+
+
+def test_the_lease_that_drains_the_next_shard_probes_none_found_empty_a_moment_ago(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """Once a drained shard's tags are served, the hand is empty and the next lease drains the
+    shard whose head a probe saw a moment ago. It probed every other subscription again first,
+    each held its short wait (160 of a 440 ms lease at 30 ms round trips), though this process
+    found them empty a moment ago: a task published there since is younger than that head."""
+    queue = Queue("next", backend)
+    first = tags_on_shard_of("lynx", 3)
+    second = [t for t in tags_on_shard_of("ocelot", 3) if shard_of(t) != shard_of(first[0])]
+    assert len(second) == 3
+    queue.add([Task(b"a", tag=tag) for tag in first for _ in range(3)])
+    time.sleep(0.05)
+    queue.add([Task(b"b", tag=tag) for tag in second for _ in range(3)])
+    topology = backend.topology("next")
+    drained = topology.sources_of(second[0])[0]  # the second shard's subscription
+    pulls: list[tuple[str, float, float]] = []
+    pull_many = backend.rpc.pull_many
+
+    def timed(source: str, sizes: Any, **kwargs: Any) -> Any:
+        began = time.monotonic()
+        try:
+            return pull_many(source, sizes, **kwargs)
+        finally:
+            pulls.append((source, began, time.monotonic() - began))
+
+    backend.rpc.pull_many = timed  # type: ignore[method-assign]
+    leased = []
+    for _ in first:  # the first shard, drained by the first lease, served a tag a lease
+        batch = queue.lease(60, 100, group_by_tag=True)
+        leased.append(batch)
+        queue.delete(batch)
+    began = time.monotonic()
+    batch = queue.lease(60, 100, group_by_tag=True)  # drains the second shard
+    leased.append(batch)
+    queue.delete(batch)
+    time.sleep(backend._pulls._next_wait() + 0.5)  # pulls left running end
+    # Each lease one whole tag: the first shard's (added first), then one of the second's.
+    assert [len(b) for b in leased] == [3] * 4 and all(len({t.tag for t in b}) == 1 for b in leased)
+    assert sorted(b[0].tag for b in leased[:3]) == sorted(first) and leased[3][0].tag in second
+    held = [
+        source.rsplit("/", 1)[-1]
+        for source, start, seconds in pulls
+        if start >= began and seconds >= 0.12 and source not in (drained, topology.claims)
+    ]
+    assert held == [], held

@@ -19,7 +19,7 @@ from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.layout import ATTR_TAG, shard_of
 from pullqueue.adapters.pubsub.wire import Delivery, fewest_sources
-from tests.pubsub.conftest import MakeBackend, raw_pull
+from tests.pubsub.conftest import MakeBackend, raw_pull, tags_on_shard_of
 
 pytestmark = pytest.mark.unchecked_names  # names are labels here; no registry
 
@@ -179,12 +179,6 @@ def _delivery(name: str, pulled_at: float) -> Delivery:
     )
 
 
-def _tags_on_shard_of(tag: str, count: int) -> list[str]:
-    """`count` tags other than `tag` that hash onto its shard."""
-    found = (f"t-{i}" for i in range(100_000) if shard_of(f"t-{i}") == shard_of(tag))
-    return [next(found) for _ in range(count)]
-
-
 def test_a_process_serving_its_hand_keeps_its_drained_shard_past_the_hold(
     make_backend: MakeBackend,
 ) -> None:
@@ -196,7 +190,7 @@ def test_a_process_serving_its_hand_keeps_its_drained_shard_past_the_hold(
     backend = make_backend(pubsub_hold_seconds=hold)
     holder = Queue("serving", backend)
     other = Queue("serving", make_backend())
-    older = _tags_on_shard_of(ALPHA, 6)
+    older = tags_on_shard_of(ALPHA, 6)
     for tag in older:
         holder.add(Task(b"o", name=f"o-{tag}", tag=tag))
         time.sleep(0.01)  # publish times in this order: the older tags are leased first

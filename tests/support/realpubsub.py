@@ -10,6 +10,7 @@ realistic layer", lists where it still differs from the service).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import re
@@ -64,6 +65,9 @@ class Knobs:
     deadline."""
     slow_only: str = ""
     """`slow_answers` applies to the subscriptions whose name holds this (all when empty)."""
+    blind_glances: float = 0.0
+    """Share of pulls with `return_immediately` answered empty though messages wait: the
+    service answers such a pull with what it has at hand, which may be nothing."""
 
     @classmethod
     def service(cls, rtt: float = 0.03, *, lost_acks: float = 0.0) -> Knobs:
@@ -93,9 +97,18 @@ class Calls:
     def by_method(self) -> Counter[str]:
         return Counter(call.method for call in self._calls)
 
-    def lasting(self, method: str, seconds: float) -> int:
-        """Calls of `method` that took `seconds` or longer (a pull held to its deadline)."""
-        return sum(1 for c in self._calls if c.method == method and c.end - c.start >= seconds)
+    def of(self, method: str) -> list[Call]:
+        """The calls of `method`, in the order they ended."""
+        return [c for c in self._calls if c.method == method]
+
+    def lasting(self, method: str, seconds: float, *, since: float = -math.inf) -> int:
+        """Calls of `method` that took `seconds` or longer (a pull held to its deadline), of
+        those begun at `since` (time.monotonic()) or later."""
+        return sum(
+            1
+            for c in self._calls
+            if c.method == method and c.end - c.start >= seconds and c.start >= since
+        )
 
     def rounds(self, *methods: str) -> int:
         """Round trips one after another: the longest chain of calls (of `methods`, when
@@ -390,6 +403,11 @@ class RealisticPubSub:
         knobs = self.knobs
         pull = _PULL.FromString(request)
         predicate = self._filter_of(pull.subscription) if knobs.filters else None
+        if pull.return_immediately and knobs.blind_glances:
+            with self._lock:
+                blind = self._random.random() < knobs.blind_glances
+            if blind:
+                return _PULL_RESPONSE().SerializeToString()  # type: ignore[no-any-return]
         if knobs.partial and pull.max_messages > 1:
             # Asked for fewer (a random share), rather than pulled and handed back: a message
             # handed back counts a delivery attempt on the emulator, which the service would not.

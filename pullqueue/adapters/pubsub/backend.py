@@ -26,7 +26,7 @@ from pullqueue.adapters.pubsub.layout import QueueLayout
 from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
 from pullqueue.adapters.pubsub.pause import PauseMarks, paused_lease
 from pullqueue.adapters.pubsub.provision import Provisioner, QueueTopology
-from pullqueue.adapters.pubsub.pulls import PullRounds, of_tag
+from pullqueue.adapters.pubsub.pulls import PullRounds
 from pullqueue.adapters.pubsub.republish import Republisher
 from pullqueue.adapters.pubsub.rpc import PubSubRpc
 from pullqueue.adapters.pubsub.wire import (
@@ -277,36 +277,31 @@ class PubSubBackend:
         # being out in another thread's call. Plain leases take any task: several threads'
         # run side by side (never beside one by tag).
         with self._hand(queue).serving(end, shared=not group_by_tag):
-            named = group_by_tag and tag is not None
-            # What pulls an earlier lease left running bring is in hand first (pubsub/pulls.py).
-            self._pulls.settle_flights(
-                topology.sources_of(tag) if named and tag is not None else topology.sources, end
-            )
-            if named and tag is not None:
-                picked = self._pulls.collect(
-                    queue,
-                    topology,
-                    topology.sources_of(tag),
-                    max_tasks,
-                    end,
-                    of_tag(tag),
-                    rotate=False,
-                    hold=False,
-                )
-            elif group_by_tag:
-                picked = self._pulls.lease_oldest(queue, topology, max_tasks, began, end)
+            if group_by_tag and tag is not None:
+                # It waits for the pulls earlier leases left running first, as below.
+                picked = self._pulls.lease_named(queue, topology, tag, max_tasks, end)
             else:
-                picked = self._pulls.lease_any(
-                    queue,
-                    topology,
-                    max_tasks,
-                    began,
-                    end,
-                    self._acks.early_grant(queue, topology, lease_seconds),
-                )
+                # What pulls an earlier lease left running bring is in hand first
+                # (pubsub/pulls.py).
+                self._pulls.settle_flights(topology.sources, end)
+                if group_by_tag:
+                    picked = self._pulls.lease_oldest(queue, topology, max_tasks, began, end)
+                else:
+                    picked = self._pulls.lease_any(
+                        queue,
+                        topology,
+                        max_tasks,
+                        began,
+                        end,
+                        self._acks.early_grant(queue, topology, lease_seconds),
+                    )
         if group_by_tag and tag is None and not picked:
             picked = self._pulls.await_claimants(queue, topology, max_tasks, end)
-        return self._acks.grant(queue, topology, picked, lease_seconds)
+        try:
+            return self._acks.grant(queue, topology, picked, lease_seconds)
+        finally:
+            # The shard tokens the lease gave back beside its grant (pubsub/hand.py).
+            self._hand(queue).settle_releases()
 
     def set_paused(self, queue: str, paused: bool) -> None:
         """Pause or resume the queue: its marker topic (pubsub/pause.py)."""

@@ -363,18 +363,35 @@ class ShardClaims:
         """Give the shards' tokens back, with what a deferred grab owes back; one published
         before renew_before (POSIX seconds, near the end of the subscription's retention) is
         replaced by a fresh token instead."""
+        send = self.let_go(queue, subscription, topic, shards, renew_before)
+        if send is not None:
+            send()
+
+    def let_go(
+        self, queue: str, subscription: str, topic: str, shards: set[int], renew_before: float
+    ) -> Callable[[], None] | None:
+        """release, of which this process's books change now (the tokens are no longer held
+        here when this returns): the calls that give them back to Pub/Sub, to make (None when
+        there are none). Until those are made the tokens are out to nobody: other processes
+        win them once they are."""
         with self._lock:
             held = self._held.get(queue, {})
             tokens = {k: held.pop(k) for k in shards if k in held}
             owed = self._owed.pop(queue, [])
             owed += [t.ack_id for t in self._owed_tokens.pop(queue, {}).values()]
         old = [k for k, token in tokens.items() if token.published < renew_before]
-        if old:
-            self.publish(queue, topic, old)
-            self.rpc.ack(subscription, [tokens[k].ack_id for k in old], queue=queue)
         back = owed + [token.ack_id for k, token in tokens.items() if k not in old]
-        if back:
-            self.rpc.modify(subscription, back, 0, queue=queue)
+        if not old and not back:
+            return None
+
+        def send() -> None:
+            if old:
+                self.publish(queue, topic, old)
+                self.rpc.ack(subscription, [tokens[k].ack_id for k in old], queue=queue)
+            if back:
+                self.rpc.modify(subscription, back, 0, queue=queue)
+
+        return send
 
     def release_all(self, subscriptions: dict[str, tuple[str, str]]) -> None:
         """Give every token back (the backend is closing); queue -> (subscription, topic)."""

@@ -14,6 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from pullqueue.adapters.pubsub.claims import Claim, Grab, ShardClaims
@@ -135,6 +136,8 @@ class Hand:
         self._whole: dict[str, tuple[int, int]] = {}
         """Subscription -> most tasks and bytes the hand held of it after a drain to empty: what
         room a drain of a subscription is expected to need."""
+        self._releasing: list[Future[None]] = []
+        """Tokens given back while the lease that gave them goes on (release_claims `later`)."""
         self._closed = False
 
     # Serving: one lease call at a time (plain leases side by side)
@@ -304,11 +307,22 @@ class Hand:
         with self._lock:
             self._found_empty[source] = time.monotonic()
 
-    def empty_behind(self, source: str, now: float) -> bool:
-        """True when this process found the subscription empty less than EMPTY_BEHIND seconds
-        ago and gave it nothing back since: a task there now came after those in hand."""
+    def seen_empty(self, source: str) -> None:
+        """A glance found nothing more in the subscription right after a pull of the same lease
+        brought tasks from it: found empty (empty_behind), not left out of probes (marked)."""
         with self._lock:
-            return self._found_empty.get(source, -math.inf) + EMPTY_BEHIND > now
+            self._found_empty[source] = time.monotonic()
+
+    def empty_behind(self, source: str, now: float, *, older: float | None = None) -> bool:
+        """True when this process found the subscription empty less than EMPTY_BEHIND seconds
+        ago and gave it nothing back since: a task there now came after those in hand. With
+        `older` (a task's order, POSIX seconds), only if that is before it was found empty: a
+        task published there since is ordered after it (unless given an ETA in the past)."""
+        with self._lock:
+            found = self._found_empty.get(source, -math.inf)
+        if found + EMPTY_BEHIND <= now:
+            return False
+        return older is None or older < time.time() - (time.monotonic() - found)
 
     def unmark(self, sources: Iterable[str]) -> None:
         """This process gave tasks back to these subscriptions: they are not empty now."""
@@ -525,9 +539,15 @@ class Hand:
         with self._lock:
             return source in self._unclaimed
 
-    def release_claims(self) -> None:
+    def release_claims(self, *, later: bool = False) -> None:
         """Give back the tokens of shards the hand holds no task of any more (and forget the
-        shards drained unclaimed once it holds none of their tasks)."""
+        shards drained unclaimed once it holds none of their tasks).
+
+        `later` (a lease that chose its tasks): the calls that give them back are made beside
+        the rest of the lease (its grant) rather than before it, and out of the hand's turn
+        (other threads' leases go on meanwhile); settle_releases waits for them. This
+        process's books say they are given back at once either way.
+        """
         topology = self.topology
         holding = self._claims.holding(self.queue)
         in_hand = self.sources()
@@ -535,13 +555,32 @@ class Hand:
             self._unclaimed &= in_hand
         done = {k for k in holding if topology.shards[k] not in in_hand}
         renew_before = time.time() - topology.retention / 2
-        try:
-            self._claims.release(
-                self.queue, topology.claims, topology.claims_topic, done, renew_before
-            )
-        except Error as exc:
-            # Tokens not given back come back by themselves when their ack deadline ends.
-            log.warning("queue %r: could not give shard tokens back (%s)", self.queue, exc)
+        send = self._claims.let_go(
+            self.queue, topology.claims, topology.claims_topic, done, renew_before
+        )
+        if send is None:
+            return
+
+        def give_back() -> None:
+            try:
+                send()
+            except Error as exc:
+                # Tokens not given back come back by themselves when their ack deadline ends.
+                log.warning("queue %r: could not give shard tokens back (%s)", self.queue, exc)
+
+        if not later:
+            give_back()
+            return
+        with self._lock:
+            self._releasing = [f for f in self._releasing if not f.done()]
+            self._releasing.append(self.rpc.start(give_back))
+
+    def settle_releases(self) -> None:
+        """Wait for the tokens release_claims gives back `later` to be given back."""
+        with self._lock:
+            pending, self._releasing = self._releasing, []
+        for future in pending:
+            future.result()
 
     def give_to_claimants(self, hand: list[Delivery], taken: set[str]) -> list[Delivery]:
         """Give back the tasks of shards another process is draining (it will serve them with

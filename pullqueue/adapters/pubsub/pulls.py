@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from pullqueue.adapters.pubsub.acks import Early
 from pullqueue.adapters.pubsub.hand import Hand, Wanted
@@ -231,6 +231,44 @@ class PullRounds:
                 return picked
             time.sleep(EMPTY_POLL)
 
+    def lease_named(
+        self, queue: str, topology: QueueTopology, tag: str, max_tasks: int, end: float
+    ) -> list[Delivery]:
+        """The tasks of a named tag: the hand's, then its subscriptions' (its shard's and the
+        worker one), after the pulls earlier leases left running on them (settle_flights).
+
+        Where empty pulls are held, a subscription this process found empty less than
+        EMPTY_BEHIND seconds ago is not pulled its held short wait as before (in every lease of
+        a per-tag cron, most of them empty: 150 ms each at 10 ms round trips): with a pull left
+        running on it, that pull watches it (its tasks go to the hand); else it is glanced at
+        (_glance, one round trip). A subscription a pull of this call brought tasks from is
+        glanced at again, not held a short wait to find the rest of the tag gone. A task of
+        the tag published a moment before such a glance may be missed by it (Pub/Sub answers
+        what it has at hand): the tag's next lease takes it.
+        """
+        sources = topology.sources_of(tag)
+        if self.rpc.holds_empty_pulls is not True:
+            self.settle_flights(sources, end)
+            return self.collect(
+                queue, topology, sources, max_tasks, end, of_tag(tag), rotate=False, hold=False
+            )
+        watched, _ = self._quiet(queue, sources)
+        self.settle_flights([s for s in sources if s not in watched], end)
+        hand = self._hand(queue)
+        size = min(max_tasks + hand.room(), 1000)
+        pulled, glanced = self._glance(queue, topology, sources, end, size=size)
+        return self.collect(
+            queue,
+            topology,
+            pulled,
+            max_tasks,
+            end,
+            of_tag(tag),
+            rotate=False,
+            hold=False,
+            glanced=glanced,
+        )
+
     def lease_any(
         self,
         queue: str,
@@ -436,6 +474,7 @@ class PullRounds:
         *,
         rotate: bool = True,
         hold: bool = True,
+        glanced: Collection[str] = (),
     ) -> list[Delivery]:
         """Up to max_tasks available deliveries `wanted` accepts: held ones first, then pulls.
 
@@ -446,14 +485,20 @@ class PullRounds:
         Without `hold` an empty subscription is waited on as once a call has tasks (_next_wait,
         0.15-0.25 s), not the pull wait, even with nothing picked: a lease by a named tag, which
         a per-tag cron calls for every tag, most of them empty (Pub/Sub holds an empty pull to
-        its deadline; a pull where tasks wait answers in a round trip).
+        its deadline; a pull where tasks wait answers in a round trip). Where empty pulls are
+        held, such a lease pulls a subscription again with `immediately` once a pull of this
+        call brought tasks from it (lease_named), as it does the `glanced` ones.
         """
         hand = self._hand(queue)
         picked = picked if picked is not None else []
         picked += hand.take(wanted, max_tasks - len(picked))
+        glancing = not hold and self.rpc.holds_empty_pulls is True
+        glances = set(glanced)
+        pulled: set[str] = set()  # sources a pull of this call (not a glance) brought tasks from
         active = list(sources)
         try:
-            if len(active) > 1 and wanted is not None:
+            rounds = [s for s in active if s not in glances]
+            if len(rounds) > 1 and wanted is not None:
                 # Every source at once, so a tag with no task waiting costs one pull wait
                 # (Pub/Sub holds each empty pull that long), not one per source; with tasks in
                 # hand, one short wait (_next_wait), not one per source. As below: the rest of
@@ -462,10 +507,10 @@ class PullRounds:
                 # Without `hold`, where empty pulls are held, the round answers once a source
                 # brought tasks (the others' pulls go on to the hand, as a plain lease's do).
                 cut = not hold and self.rpc.holds_empty_pulls is True
-                found, active = self._pull_each(
+                found, brought = self._pull_each(
                     queue,
                     topology,
-                    active,
+                    rounds,
                     size,
                     end,
                     patient=hold and not picked,
@@ -474,6 +519,10 @@ class PullRounds:
                     grace=True,
                     join=True,
                 )
+                active = brought + [s for s in active if s in glances]
+                pulled.update(brought)
+                if glancing:
+                    glances.update(brought)
                 others: list[Delivery] = []
                 for delivery in found:
                     if len(picked) < max_tasks and wanted(delivery):
@@ -489,12 +538,33 @@ class PullRounds:
                     if room == 0:
                         break
                     want = min(want + room, 1000)
-                ready = self._pull_one(
-                    queue, topology, source, want, end, patient=hold and not picked
-                )
+                glance = source in glances
+                if glance:
+                    ready = self._pull(
+                        queue,
+                        topology,
+                        source,
+                        want,
+                        end,
+                        patient=False,
+                        grace=DROP_GRACE,
+                        immediately=True,
+                    )
+                else:
+                    ready = self._pull_one(
+                        queue, topology, source, want, end, patient=hold and not picked
+                    )
+                    if glancing:
+                        glances.add(source)
                 if ready is None:
+                    if glance and source in pulled:
+                        # A pull of this call brought tasks from it, and nothing more is at
+                        # hand: as found empty (a glance after nothing but glances is not).
+                        hand.seen_empty(source)
                     active.pop(0)
                     continue
+                if not glance:
+                    pulled.add(source)
                 if rotate:
                     active.append(active.pop(0))
                 extra: list[Delivery] = []
@@ -567,44 +637,59 @@ class PullRounds:
                     )
                     and (source not in topology.shards or held.may_drain(source))
                 ]
-                sources = self._glance(queue, topology, sources, end)
+                sources = self._glance(queue, topology, sources, end)[0]
             except Error:
                 held.hold(picked)
                 raise
             picked = self.collect(
                 queue, topology, sources, max_tasks, end, of_tag(tag), picked, rotate=False
             )
-        held.release_claims()
+        # Beside the lease's grant (the backend waits for it after): one round trip less.
+        held.release_claims(later=True)
         return picked
 
-    def _glance(
-        self, queue: str, topology: QueueTopology, sources: list[str], end: float
-    ) -> list[str]:
-        """The sources a fill-up of a lease by oldest tag pulls. Where empty pulls are held, a
-        subscription a pull of this process found empty less than EMPTY_BEHIND seconds ago (a
-        shard it drained, the worker subscription its probes found empty) is not pulled as
-        before, held its short wait when nothing came since (in every lease by oldest tag: 150
-        of its 240 ms at 30 ms round trips):
-        - with a pull left running on it, that pull watches it: a task published there is
-          answered to it at once and goes to the hand, which a lease takes first;
-        - else it is pulled once with `immediately` (one round trip) and left out when that
-          brought nothing; what it brought goes to the hand (the fill-up takes it from there)
-          and the subscription is pulled as before. A task published a moment before such a
-          pull may be missed by it (Pub/Sub answers with what it has at hand): a later lease
-          of its tag leases it. A glance that fails leaves the subscription to the fill-up.
-        """
+    def _quiet(self, queue: str, sources: Sequence[str]) -> tuple[set[str], list[str]]:
+        """Of `sources`, where empty pulls are held, those this process found empty less than
+        EMPTY_BEHIND seconds ago: (those a pull left running watches, the others)."""
         if self.rpc.holds_empty_pulls is not True:
-            return sources
+            return set(), []
         held = self._hand(queue)
         now = time.monotonic()
         with self._flight_lock:
             flying = set(self._in_flight)
         behind = [s for s in sources if held.empty_behind(s, now)]
-        # Joining such a pull (as a fill-up did) took the hand's tasks of the subscription as
-        # what it brought, and the fill-up then pulled the subscription again, held.
-        watched = {s for s in behind if s in flying}
-        glances = [s for s in behind if s not in watched]
-        size = max(min(held.room(), 1000), 1)
+        return {s for s in behind if s in flying}, [s for s in behind if s not in flying]
+
+    def _glance(
+        self,
+        queue: str,
+        topology: QueueTopology,
+        sources: list[str],
+        end: float,
+        *,
+        size: int | None = None,
+    ) -> tuple[list[str], set[str]]:
+        """The sources a lease by tag pulls as before, and those of them a glance brought tasks
+        from. Where empty pulls are held, a subscription a pull of this process found empty
+        less than EMPTY_BEHIND seconds ago (a shard it drained, the worker subscription its
+        probes found empty) is not pulled as before, held its short wait when nothing came
+        since (in every lease by oldest tag: 150 of its 240 ms at 30 ms round trips):
+        - with a pull left running on it, that pull watches it: a task published there is
+          answered to it at once and goes to the hand, which a lease takes first;
+        - else it is pulled once with `immediately` (one round trip, up to `size` messages, by
+          default the hand's room) and left out when that brought nothing; what it brought
+          goes to the hand (the lease takes it from there). A task published a moment before
+          such a pull may be missed by it (Pub/Sub answers with what it has at hand): a later
+          lease of its tag leases it. A glance that fails leaves the subscription to the
+          pulls as before.
+        A glance that finds nothing does not mark the subscription found empty: only a held
+        pull does, so glances stand in for at most EMPTY_BEHIND seconds after one.
+        """
+        watched, glances = self._quiet(queue, sources)
+        if not watched and not glances:
+            return sources, set()
+        held = self._hand(queue)
+        wanted = max(min(held.room() if size is None else size, 1000), 1)
 
         def glance(source: str) -> list[Delivery] | None:
             # Not held, so waited for with the grace too: a late answer is not dropped.
@@ -612,7 +697,7 @@ class PullRounds:
                 queue,
                 topology,
                 source,
-                size,
+                wanted,
                 end,
                 patient=False,
                 grace=DROP_GRACE,
@@ -620,9 +705,9 @@ class PullRounds:
             )
 
         quiet: set[str] = set()
-        for source, result in zip(
-            glances, self.rpc.run_each([functools.partial(glance, s) for s in glances]), strict=True
-        ):
+        brought: set[str] = set()
+        results = self.rpc.run_each([functools.partial(glance, s) for s in glances])
+        for source, result in zip(glances, results, strict=True):
             if isinstance(result, Error):
                 continue
             if result is None:
@@ -630,7 +715,8 @@ class PullRounds:
             else:
                 held.hold(result)
                 held.probed([source])
-        return [s for s in sources if s not in quiet and s not in watched]
+                brought.add(source)
+        return [s for s in sources if s not in quiet and s not in watched], brought
 
     def _gather(
         self, queue: str, topology: QueueTopology, hand: list[Delivery], end: float, *, fresh: bool
@@ -737,6 +823,7 @@ class PullRounds:
         found: list[Delivery] = []
         if not fresh and held.marked(source, time.monotonic()):
             return found, True
+        joined = False
         try:
             while room > len(found) and time.monotonic() < end:
                 want = min(room - len(found), 1000, self._fitting(source, room_bytes))
@@ -746,8 +833,19 @@ class PullRounds:
                     queue, topology, source, want, end, patient=False, landed=True
                 )
                 if ready is None:
+                    with self._flight_lock:
+                        flying = source in self._in_flight
+                    if flying and not joined:
+                        # Not answered within its wait (a pull in parts waits for its slowest,
+                        # and on Pub/Sub an empty part is held that long; a loaded machine):
+                        # the next pull joins it (_join) and takes what it brought from the
+                        # hand, rather than the drain ending without it. It brought a tag's
+                        # other 111 of 200 tasks to the next lease (a loaded machine, 2 of 6).
+                        joined = True
+                        continue
                     held.mark_empty(source)
                     return found, True
+                joined = False
                 found += ready
                 room_bytes -= sum(d.size for d in ready)
                 if self._emptied.get(source) and len(found) < room:
@@ -789,7 +887,7 @@ class PullRounds:
         topology: QueueTopology,
         hand: list[Delivery],
         end: float,
-        remembered: Mapping[str, object],
+        remembered: Mapping[str, tuple[float, str]],
         *,
         fresh: bool = False,
     ) -> list[Delivery]:
@@ -806,16 +904,21 @@ class PullRounds:
         now = time.monotonic()
         present = {d.subscription for d in hand}
         held = self._hand(queue)
-        # With a task in hand where empty pulls are held, a subscription found empty a moment
-        # ago is not probed: what came to it since is younger than the hand (EMPTY_BEHIND).
-        behind = bool(hand) and not fresh and self.rpc.holds_empty_pulls is True
+        # With a task in hand or a head remembered, where empty pulls are held, a subscription
+        # found empty a moment ago is not probed: what came to it since is younger than those
+        # (EMPTY_BEHIND). With nothing in hand once a drained shard's tags are served, such
+        # probes held the next drain a short wait (160 of its 440 ms at 30 ms round trips).
+        # Only where the oldest of those is older than the moment it was found empty.
+        orders = [d.order for d in hand] + [age[0] for age in remembered.values()]
+        oldest = min(orders) if orders and not fresh else None
+        behind = oldest is not None and self.rpc.holds_empty_pulls is True
         sources = [
             s
             for s in topology.sources
             if s not in present
             and s not in remembered
             and (fresh or not held.marked(s, now))
-            and not (behind and held.empty_behind(s, now))
+            and not (behind and held.empty_behind(s, now, older=oldest))
         ]
         shards = set(topology.shards)
         # A process with nothing in hand looks for every free token (a pull may bring a share of
