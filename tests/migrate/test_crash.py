@@ -20,6 +20,7 @@ import uuid
 import warnings
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,10 @@ TASKS = 5000
 KILLS = 6
 """Trials whose kill left tasks to move (a kill after the last delete proves little)."""
 MAX_TRIALS = 16
+PHASES = [TASKS + 1, 5000, 4000, 3000, 2000]
+"""Where a kill falls: the start (import, preflight, batch 1), else the batch after the one that
+brought the source's count under the number. The first kill of trial n is in phase n (cycling),
+so every phase is hit; the moment within it, and the rerun's kill, are drawn at random."""
 SEED = int(os.environ.get("PULLQUEUE_CRASH_SEED") or time.time_ns() % 1_000_000)
 
 
@@ -109,11 +114,11 @@ def fill_source(cwd: Path) -> set[str]:
     return names
 
 
-def kill_at_random(trial: Trial, rng: random.Random, report: str) -> bool:
-    """Start the command and SIGKILL it at a random moment; True if tasks were left to move."""
+def kill_at_random(trial: Trial, rng: random.Random, report: str, threshold: int) -> bool:
+    """Start the command and SIGKILL it at a random moment of the phase `threshold` names
+    (PHASES); True if tasks were left to move."""
     process = subprocess.Popen(trial.command(report), **trial.options())
     try:
-        threshold = rng.choice([TASKS + 1, 5000, 4000, 3000, 2000])
         deadline = time.monotonic() + 60
         if threshold > TASKS:  # a moment measured from the start: import, preflight, batch 1
             time.sleep(rng.uniform(0.3, 1.2))
@@ -131,35 +136,47 @@ def kill_at_random(trial: Trial, rng: random.Random, report: str) -> bool:
 
 def pull_everything(subscriber: SubscriberClient, project: str) -> Counter[str]:
     """task_name of every message on the destination's worker and shard subscriptions (acked as
-    read): untagged tasks arrive on the first, tagged ones on their tag's shard."""
+    read): untagged tasks arrive on the first, tagged ones on their tag's shard. The
+    subscriptions are drained side by side (each until three pulls in a row come back empty)."""
+    subscriptions = ["jobs-workers", *(f"jobs-shard-{k}" for k in range(SHARDS))]
     names: Counter[str] = Counter()
-    for subscription in ["jobs-workers", *(f"jobs-shard-{k}" for k in range(SHARDS))]:
-        path = f"projects/{project}/subscriptions/{subscription}"
-        empty = 0
-        while empty < 3:
-            with warnings.catch_warnings():  # deprecated on Pub/Sub, still what an emulator needs
-                warnings.simplefilter("ignore", DeprecationWarning)
-                response = subscriber.pull(
-                    request={
-                        "subscription": path,
-                        "max_messages": 1000,
-                        "return_immediately": True,
-                    },
-                    timeout=10,
-                )
-            if not response.received_messages:
-                empty += 1
-                time.sleep(0.1)
-                continue
-            empty = 0
-            for received in response.received_messages:
-                names[received.message.attributes["task_name"]] += 1
-            subscriber.acknowledge(
+    with ThreadPoolExecutor(max_workers=len(subscriptions)) as pool:
+        for found in pool.map(lambda s: pull_subscription(subscriber, project, s), subscriptions):
+            names.update(found)
+    return names
+
+
+def pull_subscription(
+    subscriber: SubscriberClient, project: str, subscription: str
+) -> Counter[str]:
+    """task_name of every message on one subscription, acked as read, until three empty pulls."""
+    names: Counter[str] = Counter()
+    path = f"projects/{project}/subscriptions/{subscription}"
+    empty = 0
+    while empty < 3:
+        with warnings.catch_warnings():  # deprecated on Pub/Sub, still what an emulator needs
+            warnings.simplefilter("ignore", DeprecationWarning)
+            response = subscriber.pull(
                 request={
                     "subscription": path,
-                    "ack_ids": [r.ack_id for r in response.received_messages],
-                }
+                    "max_messages": 1000,
+                    "return_immediately": True,
+                },
+                timeout=10,
             )
+        if not response.received_messages:
+            empty += 1
+            time.sleep(0.1)
+            continue
+        empty = 0
+        for received in response.received_messages:
+            names[received.message.attributes["task_name"]] += 1
+        subscriber.acknowledge(
+            request={
+                "subscription": path,
+                "ack_ids": [r.ack_id for r in response.received_messages],
+            }
+        )
     return names
 
 
@@ -179,9 +196,10 @@ def test_killed_migrations_finish_on_rerun_with_nothing_lost(
         trial = Trial(cwd, f"pq-crash-{uuid.uuid4().hex[:10]}", emulator)
         where = f"seed {SEED}, trial {number}"
 
-        killed += kill_at_random(trial, rng, "killed.json")
+        phase = PHASES[(number - 1) % len(PHASES)]
+        killed += kill_at_random(trial, rng, "killed.json", phase)
         if number % 4 == 3:  # kill the rerun as well
-            kill_at_random(trial, rng, "killed-again.json")
+            kill_at_random(trial, rng, "killed-again.json", rng.choice(PHASES))
         started = time.monotonic()
         done = subprocess.run(trial.command("rerun.json"), timeout=120, **trial.options())
         reruns.append(time.monotonic() - started)
