@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,14 @@ def _handled(tmp_path: Path) -> list[tuple[str, float]]:
     return out
 
 
+def _await(condition: Callable[[], bool], within: float, what: str) -> None:
+    """Poll `condition` every 0.1 s until it holds; fail naming `what` after `within` s."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {within:g} s: {what}"
+        time.sleep(0.1)
+
+
 def test_worker_processes_stop_within_the_bound_and_resume_with_nothing_lost(
     make_backend: MakeBackend, project: str, emulator: str, tmp_path: Path
 ) -> None:
@@ -118,7 +127,14 @@ def test_worker_processes_stop_within_the_bound_and_resume_with_nothing_lost(
     feeder = threading.Thread(target=produce)
     feeder.start()
     try:
-        time.sleep(6)
+        # every worker started and leasing: each has handled a task (a line in its handled-<pid>,
+        # which its handler module creates empty on import)
+        pids = {f"handled-{worker.pid}" for worker in workers}
+        _await(
+            lambda: pids <= {p.name for p in tmp_path.glob("handled-*") if p.stat().st_size},
+            60,
+            "all 3 workers handling tasks",
+        )
         paused = run("pause", "jobs", "--url", url, "--json", env=env)
         paused_at = time.time()
         assert paused.returncode == 0, paused.stderr
@@ -130,13 +146,18 @@ def test_worker_processes_stop_within_the_bound_and_resume_with_nothing_lost(
         resumed = run("resume", "jobs", "--url", url, env=env)
         resumed_at = time.time()
         assert resumed.returncode == 0 and "resumed queue 'jobs'" in resumed.stdout
-        time.sleep(3)
+        # tasks flowing again: one handled after the resume (the bound on when is asserted below)
+        _await(
+            lambda: any(at > resuming_at for _, at in _handled(tmp_path)),
+            60,
+            "a task handled after `pullqueue resume`",
+        )
         stop.set()
         feeder.join()
         wanted = set(added)
         deadline = time.time() + 60
         while {n for n, _ in _handled(tmp_path)} < wanted and time.time() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.1)
     finally:
         stop.set()
         for worker in workers:
