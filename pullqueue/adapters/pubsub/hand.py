@@ -8,6 +8,7 @@ tasks while it is served and giving tasks back, so its thread safety can be chec
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import threading
@@ -705,9 +706,30 @@ class Hand:
             back += self._republisher.renew(self.queue, self.topology, renew)
         by_source = by_subscription(back)
         self.unmark(by_source)
-        for source, items in by_source.items():
-            self.rpc.modify(source, [d.ack_id for d in items], 0, queue=self.queue)
-            self._book.skipped(items)
+        # Every subscription's side by side: one round trip, not one per subscription (a lease
+        # by oldest tag giving back the heads its probes took of a dozen shards made a dozen
+        # calls one after another, 380 of its 730 ms at 30 ms round trips).
+        sources = list(by_source)
+        answers = self.rpc.run_each(
+            [
+                functools.partial(
+                    self.rpc.modify,
+                    source,
+                    [d.ack_id for d in by_source[source]],
+                    0,
+                    queue=self.queue,
+                )
+                for source in sources
+            ]
+        )
+        failure: Error | None = None
+        for source, answer in zip(sources, answers, strict=True):
+            if isinstance(answer, Error):
+                failure = failure or answer
+            else:
+                self._book.skipped(by_source[source])
+        if failure is not None:
+            raise failure
 
     # The hand's end
 

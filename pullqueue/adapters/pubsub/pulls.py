@@ -241,10 +241,10 @@ class PullRounds:
         EMPTY_BEHIND seconds ago is not pulled its held short wait as before (in every lease of
         a per-tag cron, most of them empty: 150 ms each at 10 ms round trips): with a pull left
         running on it, that pull watches it (its tasks go to the hand); else it is glanced at
-        (_glance, one round trip). A subscription a pull of this call brought tasks from is
-        glanced at again, not held a short wait to find the rest of the tag gone. A task of
-        the tag published a moment before such a glance may be missed by it (Pub/Sub answers
-        what it has at hand): the tag's next lease takes it.
+        (one round trip, in the round of the other pulls). A subscription a pull of this call
+        brought tasks from is glanced at again, not held a short wait to find the rest of the
+        tag gone. A task of the tag published a moment before such a glance may be missed by
+        it (Pub/Sub answers what it has at hand): the tag's next lease takes it.
         """
         sources = topology.sources_of(tag)
         if self.rpc.holds_empty_pulls is not True:
@@ -252,21 +252,19 @@ class PullRounds:
             return self.collect(
                 queue, topology, sources, max_tasks, end, of_tag(tag), rotate=False, hold=False
             )
-        watched, _ = self._quiet(queue, sources)
-        self.settle_flights([s for s in sources if s not in watched], end)
-        hand = self._hand(queue)
-        size = min(max_tasks + hand.room(), 1000)
-        pulled, glanced = self._glance(queue, topology, sources, end, size=size)
+        watched, glances = self._quiet(queue, sources)
+        looked = [s for s in sources if s not in watched]
+        self.settle_flights(looked, end)
         return self.collect(
             queue,
             topology,
-            pulled,
+            looked,
             max_tasks,
             end,
             of_tag(tag),
             rotate=False,
             hold=False,
-            glanced=glanced,
+            glanced=glances,
         )
 
     def lease_any(
@@ -487,7 +485,7 @@ class PullRounds:
         a per-tag cron calls for every tag, most of them empty (Pub/Sub holds an empty pull to
         its deadline; a pull where tasks wait answers in a round trip). Where empty pulls are
         held, such a lease pulls a subscription again with `immediately` once a pull of this
-        call brought tasks from it (lease_named), as it does the `glanced` ones.
+        call brought tasks from it (lease_named), and the `glanced` ones so from the first.
         """
         hand = self._hand(queue)
         picked = picked if picked is not None else []
@@ -497,8 +495,7 @@ class PullRounds:
         pulled: set[str] = set()  # sources a pull of this call (not a glance) brought tasks from
         active = list(sources)
         try:
-            rounds = [s for s in active if s not in glances]
-            if len(rounds) > 1 and wanted is not None:
+            if len(active) > 1 and wanted is not None:
                 # Every source at once, so a tag with no task waiting costs one pull wait
                 # (Pub/Sub holds each empty pull that long), not one per source; with tasks in
                 # hand, one short wait (_next_wait), not one per source. As below: the rest of
@@ -510,7 +507,7 @@ class PullRounds:
                 found, brought = self._pull_each(
                     queue,
                     topology,
-                    rounds,
+                    active,
                     size,
                     end,
                     patient=hold and not picked,
@@ -518,9 +515,13 @@ class PullRounds:
                     cut=cut,
                     grace=True,
                     join=True,
+                    glance=glances,
+                    # Glances follow (below): no part of it held empty its wait.
+                    split=not glancing,
                 )
-                active = brought + [s for s in active if s in glances]
-                pulled.update(brought)
+                # A glance that brought nothing is not asked again in this call.
+                active = brought
+                pulled.update(s for s in brought if s not in glances)
                 if glancing:
                     glances.update(brought)
                 others: list[Delivery] = []
@@ -552,7 +553,13 @@ class PullRounds:
                     )
                 else:
                     ready = self._pull_one(
-                        queue, topology, source, want, end, patient=hold and not picked
+                        queue,
+                        topology,
+                        source,
+                        want,
+                        end,
+                        patient=hold and not picked,
+                        split=not glancing,
                     )
                     if glancing:
                         glances.add(source)
@@ -637,7 +644,7 @@ class PullRounds:
                     )
                     and (source not in topology.shards or held.may_drain(source))
                 ]
-                sources = self._glance(queue, topology, sources, end)[0]
+                sources = self._glance(queue, topology, sources, end)
             except Error:
                 held.hold(picked)
                 raise
@@ -661,35 +668,28 @@ class PullRounds:
         return {s for s in behind if s in flying}, [s for s in behind if s not in flying]
 
     def _glance(
-        self,
-        queue: str,
-        topology: QueueTopology,
-        sources: list[str],
-        end: float,
-        *,
-        size: int | None = None,
-    ) -> tuple[list[str], set[str]]:
-        """The sources a lease by tag pulls as before, and those of them a glance brought tasks
-        from. Where empty pulls are held, a subscription a pull of this process found empty
-        less than EMPTY_BEHIND seconds ago (a shard it drained, the worker subscription its
-        probes found empty) is not pulled as before, held its short wait when nothing came
-        since (in every lease by oldest tag: 150 of its 240 ms at 30 ms round trips):
+        self, queue: str, topology: QueueTopology, sources: list[str], end: float
+    ) -> list[str]:
+        """The sources a fill-up of a lease by oldest tag pulls. Where empty pulls are held, a
+        subscription a pull of this process found empty less than EMPTY_BEHIND seconds ago (a
+        shard it drained, the worker subscription its probes found empty) is not pulled as
+        before, held its short wait when nothing came since (in every lease by oldest tag: 150
+        of its 240 ms at 30 ms round trips):
         - with a pull left running on it, that pull watches it: a task published there is
           answered to it at once and goes to the hand, which a lease takes first;
-        - else it is pulled once with `immediately` (one round trip, up to `size` messages, by
-          default the hand's room) and left out when that brought nothing; what it brought
-          goes to the hand (the lease takes it from there). A task published a moment before
-          such a pull may be missed by it (Pub/Sub answers with what it has at hand): a later
-          lease of its tag leases it. A glance that fails leaves the subscription to the
-          pulls as before.
+        - else it is pulled once with `immediately` (one round trip) and left out when that
+          brought nothing; what it brought goes to the hand (the fill-up takes it from there)
+          and the subscription is pulled as before. A task published a moment before such a
+          pull may be missed by it (Pub/Sub answers with what it has at hand): a later lease
+          of its tag leases it. A glance that fails leaves the subscription to the fill-up.
         A glance that finds nothing does not mark the subscription found empty: only a held
         pull does, so glances stand in for at most EMPTY_BEHIND seconds after one.
         """
         watched, glances = self._quiet(queue, sources)
         if not watched and not glances:
-            return sources, set()
+            return sources
         held = self._hand(queue)
-        wanted = max(min(held.room() if size is None else size, 1000), 1)
+        size = max(min(held.room(), 1000), 1)
 
         def glance(source: str) -> list[Delivery] | None:
             # Not held, so waited for with the grace too: a late answer is not dropped.
@@ -697,7 +697,7 @@ class PullRounds:
                 queue,
                 topology,
                 source,
-                wanted,
+                size,
                 end,
                 patient=False,
                 grace=DROP_GRACE,
@@ -705,7 +705,6 @@ class PullRounds:
             )
 
         quiet: set[str] = set()
-        brought: set[str] = set()
         results = self.rpc.run_each([functools.partial(glance, s) for s in glances])
         for source, result in zip(glances, results, strict=True):
             if isinstance(result, Error):
@@ -715,8 +714,7 @@ class PullRounds:
             else:
                 held.hold(result)
                 held.probed([source])
-                brought.add(source)
-        return [s for s in sources if s not in quiet and s not in watched], brought
+        return [s for s in sources if s not in quiet and s not in watched]
 
     def _gather(
         self, queue: str, topology: QueueTopology, hand: list[Delivery], end: float, *, fresh: bool
@@ -983,6 +981,8 @@ class PullRounds:
         wait: float | None = None,
         join: bool = False,
         landed: bool = False,
+        glance: Collection[str] = (),
+        split: bool = True,
     ) -> tuple[list[Delivery], list[str]]:
         """Pull up to `size` (of each, when a mapping) from each source, side by side (an empty
         queue answers after one pull wait, not one per source): what came, and the sources
@@ -999,6 +999,8 @@ class PullRounds:
         tag's probes, drains and fill-ups): a source with such a pull running is not pulled
         but joined (_join), so the round sees what that pull brings; with `landed` (probes
         and drains, whose caller took every task in hand) also one whose tasks are in the hand.
+        The sources of `glance` are pulled with `immediately` (never joined), and one that
+        brings nothing is not marked found empty (only a held pull finds that).
         """
         held = self._hand(queue)
         joining: set[str] = set()
@@ -1011,6 +1013,7 @@ class PullRounds:
                 joining = {s for s in sources if s in self._in_flight}
             if landed:
                 joining |= held.sources() & set(sources)
+            joining -= set(glance)
         elif spread:
             # As above, but left out; when every source has one, wait for one to end.
             with self._flight_lock:
@@ -1035,11 +1038,14 @@ class PullRounds:
                 source,
                 max(1, min(sizes[source], self._fitting(source, share))),
                 end,
-                patient=patient,
+                patient=patient and source not in glance,
                 spread=spread,
                 beside=beside,
-                grace=extra,
+                # Not held, so waited for with the grace too: a late answer is not dropped.
+                grace=DROP_GRACE if source in glance else extra,
                 wait=wait,
+                immediately=source in glance,
+                split=split,
             )
             for source in sources
         ]
@@ -1060,7 +1066,7 @@ class PullRounds:
         def flying(i: int) -> None:
             if sources[i] in joining:
                 return
-            if self.rpc.holds_empty_pulls is True:
+            if self.rpc.holds_empty_pulls is True and sources[i] not in glance:
                 held.unanswered(sources[i])
             with self._flight_lock:
                 self._in_flight[sources[i]] = self._in_flight.get(sources[i], 0) + 1
@@ -1079,7 +1085,7 @@ class PullRounds:
                     if result:
                         # Not drained to empty after all (a drain's last pull, answered late).
                         held.probed([sources[i]])
-                elif result is None:
+                elif result is None and sources[i] not in glance:
                     held.mark_empty(sources[i])
             finally:
                 with self._flight_lock:
@@ -1116,7 +1122,8 @@ class PullRounds:
             if isinstance(result, Error):
                 failure = failure or result
             elif result is None:
-                held.mark_empty(source)
+                if source not in glance:
+                    held.mark_empty(source)
             else:
                 found += result
                 brought.append(source)
@@ -1163,9 +1170,10 @@ class PullRounds:
         *,
         patient: bool,
         landed: bool = False,
+        split: bool = True,
     ) -> list[Delivery] | None:
         """_pull of one subscription by a lease by tag (a drain, a fill-up): the available
-        deliveries; None when none came in time. `landed` as in _pull_each.
+        deliveries; None when none came in time. `landed` and `split` as in _pull_each.
 
         Unless empty pulls are known to be answered at once (the emulator), a pull that is not
         patient goes through _pull_each with `grace`, as a plain lease's rounds do: waited for
@@ -1189,6 +1197,7 @@ class PullRounds:
             grace=True,
             join=True,
             landed=landed,
+            split=split,
         )
         return found if brought else None
 
@@ -1206,11 +1215,13 @@ class PullRounds:
         grace: float = 0.0,
         wait: float | None = None,
         immediately: bool = False,
+        split: bool = True,
     ) -> list[Delivery] | None:
         """Pull up to max_messages, sorted out: the available deliveries; None if none came.
 
         A patient pull (nothing to answer with yet) waits up to pubsub_pull_wait for messages;
-        `spread` splits a big pull into a few running side by side; `beside` is the number of
+        `spread` splits a big pull into a few running side by side (not without `split`: the
+        pull a glance follows, whose empty part would be held its wait); `beside` is the number of
         subscriptions pulled side by side with this one; `grace` seconds are added to the
         pull's deadline (_pull_each). Copies this subscription
         should not serve (an emulator ignoring filters) are acked away; tasks whose ETA is
@@ -1228,7 +1239,7 @@ class PullRounds:
         # one costs a pull's wait and the least of that time on Pub/Sub, not the most.
         total = max(1, min(max_messages, 1000, fits)) if known is not None else 1
         parts = min(PARALLEL_PULLS, math.ceil(total / PULL_SHARE)) if spread else 1
-        if immediately:
+        if immediately or not split:
             parts = 1
         asked, brought = self._last.get(source, (0, 0))
         if self._emptied.get(source):

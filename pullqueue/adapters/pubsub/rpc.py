@@ -36,6 +36,8 @@ PARALLEL_PULLS = 4
 """Pulls of one subscription one lease call may have in flight at once."""
 PULL_THREADS = 64
 """Threads for pulls side by side: one per subscription of a queue when probing its heads."""
+POOL_NAME = "pullqueue-pubsub-pull"
+"""The pool threads' name prefix."""
 ACK_IDS_PER_REQUEST = 1000
 """Ack ids per acknowledge/modifyAckDeadline request (well under the 512 KiB request limit)."""
 MAX_ACK_DEADLINE = 600
@@ -353,14 +355,18 @@ class PubSubRpc:
 
     def run_each(self, calls: Sequence[Callable[[], T]]) -> list[T | Error]:
         """Run the calls side by side (pulls of different subscriptions); each one's result, or
-        the Error it raised (one call runs in the calling thread)."""
-        if len(calls) == 1:
-            try:
-                return [calls[0]()]
-            except Error as exc:
-                return [exc]
+        the Error it raised (one call runs in the calling thread; so do all, one after another,
+        when the calling thread is one of the pool's: it does not wait on the pool it runs in)."""
+        if len(calls) == 1 or threading.current_thread().name.startswith(POOL_NAME):
+            results: list[T | Error] = []
+            for call in calls:
+                try:
+                    results.append(call())
+                except Error as exc:
+                    results.append(exc)
+            return results
         futures = [self._pool().submit(call) for call in calls]
-        results: list[T | Error] = []
+        results = []
         for future in futures:
             try:
                 results.append(future.result())
@@ -425,7 +431,7 @@ class PubSubRpc:
         with self._pool_lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
-                    max_workers=PULL_THREADS, thread_name_prefix="pullqueue-pubsub-pull"
+                    max_workers=PULL_THREADS, thread_name_prefix=POOL_NAME
                 )
             return self._executor
 
@@ -520,9 +526,11 @@ class PubSubRpc:
     def finish_pulls(self) -> None:
         """Wait for the calls running in the pull threads to end (the threads stop)."""
         with self._pool_lock:
-            executor = self._executor
+            executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
+        # Calls made after (the backend's close gives held tasks back side by side) start a
+        # new pool, which close() shuts down.
 
     def close(self) -> None:
         """Stop the pull threads and close both clients' channels."""
