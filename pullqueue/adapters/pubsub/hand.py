@@ -305,8 +305,7 @@ class Hand:
         """A pull of the subscription is left running past its wait where empty pulls are held
         (a pull where a task waits answers in a round trip): found empty, unless it brings tasks
         (probed)."""
-        with self._lock:
-            self._found_empty[source] = time.monotonic()
+        self.seen_empty(source)
 
     def seen_empty(self, source: str) -> None:
         """A glance found nothing more in the subscription right after a pull of the same lease

@@ -247,11 +247,7 @@ class PullRounds:
         it (Pub/Sub answers what it has at hand): the tag's next lease takes it.
         """
         sources = topology.sources_of(tag)
-        if self.rpc.holds_empty_pulls is not True:
-            self.settle_flights(sources, end)
-            return self.collect(
-                queue, topology, sources, max_tasks, end, of_tag(tag), rotate=False, hold=False
-            )
+        # Neither, unless empty pulls are held.
         watched, glances = self._quiet(queue, sources)
         looked = [s for s in sources if s not in watched]
         self.settle_flights(looked, end)
@@ -541,16 +537,7 @@ class PullRounds:
                     want = min(want + room, 1000)
                 glance = source in glances
                 if glance:
-                    ready = self._pull(
-                        queue,
-                        topology,
-                        source,
-                        want,
-                        end,
-                        patient=False,
-                        grace=DROP_GRACE,
-                        immediately=True,
-                    )
+                    ready = self._glance_at(queue, topology, source, want, end)
                 else:
                     ready = self._pull_one(
                         queue,
@@ -655,6 +642,15 @@ class PullRounds:
         held.release_claims(later=True)
         return picked
 
+    def _glance_at(
+        self, queue: str, topology: QueueTopology, source: str, size: int, end: float
+    ) -> list[Delivery] | None:
+        """One pull of `source` with `immediately` (a glance): not held, so waited for with
+        DROP_GRACE too, and a late answer is not dropped."""
+        return self._pull(
+            queue, topology, source, size, end, patient=False, grace=DROP_GRACE, immediately=True
+        )
+
     def _quiet(self, queue: str, sources: Sequence[str]) -> tuple[set[str], list[str]]:
         """Of `sources`, where empty pulls are held, those this process found empty less than
         EMPTY_BEHIND seconds ago: (those a pull left running watches, the others)."""
@@ -690,22 +686,10 @@ class PullRounds:
             return sources
         held = self._hand(queue)
         size = max(min(held.room(), 1000), 1)
-
-        def glance(source: str) -> list[Delivery] | None:
-            # Not held, so waited for with the grace too: a late answer is not dropped.
-            return self._pull(
-                queue,
-                topology,
-                source,
-                size,
-                end,
-                patient=False,
-                grace=DROP_GRACE,
-                immediately=True,
-            )
-
         quiet: set[str] = set()
-        results = self.rpc.run_each([functools.partial(glance, s) for s in glances])
+        results = self.rpc.run_each(
+            [functools.partial(self._glance_at, queue, topology, s, size, end) for s in glances]
+        )
         for source, result in zip(glances, results, strict=True):
             if isinstance(result, Error):
                 continue

@@ -79,7 +79,7 @@ ANSWER_TIME = (0.05, 1.0)
 
 
 # The client warns on every pull with return_immediately; pullqueue sets it on purpose, for one
-# kind of pull (PullRounds._glance), and says so in docs/pubsub.md.
+# kind of pull (a glance, PullRounds._glance_at), and says so in docs/pubsub.md.
 warnings.filterwarnings(
     "ignore",
     message="The return_immediately flag is deprecated",
@@ -228,7 +228,7 @@ class PubSubRpc:
         (`grace` s more are added to the deadline sent, not to the wait held empty pulls are
         judged by). `immediately` asks the server not to hold the pull when nothing waits
         (`return_immediately`, which Pub/Sub deprecates for polling: such a pull may miss a
-        message just published; see PullRounds._glance for its one use).
+        message just published; see PullRounds._glance_at, a glance, its one kind of use).
 
         The deadline sent is the longer of `wait` and the time an answer of max_messages
         messages of message_bytes each takes to arrive (answer_time; the budget grows to allow
