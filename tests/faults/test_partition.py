@@ -5,13 +5,8 @@ line is cut twice in one run: first refused (a dead host: connections reset and 
 silent (a blackhole: nothing answers, nothing is reset). While it is down, lease, delete and
 lease-extension calls fail or time out; the workers back off, keep running, and pick up where
 they were once it is back. Tasks handled but not deleted during a cut are handled again after
-their leases end: the duplicates. PULLQUEUE_FAULTS_OUTAGE sets each cut's length in seconds (6
+their leases end: the duplicates. PULLQUEUE_FAULTS_OUTAGE sets each cut's length in seconds (10
 by default; 20 for the figures in docs/reliability.md).
-
-The workers' Pub/Sub calls may take RPC_TIMEOUT s (PULLQUEUE_PUBSUB_RPC_TIMEOUT, retries
-included; 10 s by default), so a cut outlasts a call's own retries and the worker sees the
-failure (a refused lease is logged as lease_retry, a delete on the silent line times out), as a
-cut longer than the default timeout does; a shorter cut is ridden out inside the call unseen.
 """
 
 from __future__ import annotations
@@ -31,7 +26,6 @@ pytestmark = pytest.mark.faults
 WORKERS = 2
 BATCH = 20
 CONCURRENCY = 4
-RPC_TIMEOUT = 3
 
 
 @pytest.fixture
@@ -63,8 +57,7 @@ def first_done_after(fleet: Fleet, moment: float, timeout: float = 120) -> float
 
 def test_a_cut_connection_loses_no_task_and_work_resumes(proxy: TcpProxy, tmp_path: Path) -> None:
     tasks = size("PULLQUEUE_FAULTS_CUT_TASKS", 600)
-    outage = size("PULLQUEUE_FAULTS_OUTAGE", 6)
-    assert outage > RPC_TIMEOUT, "a cut within a call's timeout is ridden out unseen"
+    outage = size("PULLQUEUE_FAULTS_OUTAGE", 10)
     project = new_project()
     payloads = fill(project, "cut", tasks)
     fleet = Fleet(
@@ -74,10 +67,7 @@ def test_a_cut_connection_loses_no_task_and_work_resumes(proxy: TcpProxy, tmp_pa
         proxy.address,
         handler="tests.faults.handlers:slow",
         options=("--batch-size", str(BATCH), "--concurrency", str(CONCURRENCY)),
-        environment={
-            "FAULTS_HANDLER_SECONDS": "0.02",
-            "PULLQUEUE_PUBSUB_RPC_TIMEOUT": str(RPC_TIMEOUT),
-        },
+        environment={"FAULTS_HANDLER_SECONDS": "0.02"},
     )
     fleet.start(WORKERS)
     recovered: dict[str, float] = {}
