@@ -186,6 +186,7 @@ class ShardClaims:
         won: set[int] = set(from_owed)
         free: set[int] = set(owed_free)
         censuses = 0
+        census: list[str] = []
         batch = received
         for pull in range(1, pulls + 1):
             pulled_at = time.monotonic()
@@ -195,7 +196,7 @@ class ShardClaims:
                     attributes = item.message.attributes
                     if attributes.get(ATTR_CENSUS):
                         # One census is enough: a second (two processes published one) goes.
-                        (duplicates if censuses else give_back).append(item.ack_id)
+                        (duplicates if censuses else census).append(item.ack_id)
                         censuses += 1
                         self._census[queue] = pulled_at
                         continue
@@ -233,6 +234,16 @@ class ShardClaims:
                 break
             batch = self._pull(queue, subscription)
         pulled_at = time.monotonic()
+        holding = self.holding(queue)
+        elsewhere = len(free | holding) < shards
+        if census and defer and elsewhere:
+            # Other processes hold tokens: one of them may be starting, and sees that tokens
+            # exist by the census alone (see UNSEEN_PATIENCE). Held to the end of this call it
+            # would be out of sight in most moments of a busy fleet's life: back now, beside
+            # the rest of the call.
+            self._send_back(queue, subscription, census)
+        else:
+            give_back += census
         if defer:
             with self._lock:
                 self._owed.setdefault(queue, []).extend(give_back)
@@ -246,7 +257,6 @@ class ShardClaims:
         if duplicates:
             log.info("queue %r: removing %d duplicate claim message(s)", queue, len(duplicates))
             self.rpc.ack(subscription, duplicates, queue=queue)
-        holding = self.holding(queue)
         missing = sorted(wanted - won - holding) if received else list(range(shards))
         if missing and all(
             pulled_at - max(seen.get(k, 0.0), self._started) > MISSING_AFTER for k in missing
@@ -269,10 +279,28 @@ class ShardClaims:
             self._census[queue] = pulled_at
         return Grab(
             won=won,
-            elsewhere=len(free | holding) < shards,
+            elsewhere=elsewhere,
             unseen=frozenset(range(shards)) - free - holding,
             no_tokens=not received and not self._known(queue),
         )
+
+    def _send_back(self, queue: str, subscription: str, ack_ids: list[str]) -> None:
+        """Give ack_ids back in the background (a warning if that fails: they come back at their
+        ack deadline)."""
+
+        def sent(future: Future[set[str]]) -> None:
+            if future.exception() is not None:
+                log.warning(
+                    "queue %r: could not give back %d claim message(s) (%s); they come back at"
+                    " their ack deadline",
+                    queue,
+                    len(ack_ids),
+                    future.exception(),
+                )
+
+        self.rpc.start(
+            functools.partial(self.rpc.modify, subscription, ack_ids, 0, queue=queue)
+        ).add_done_callback(sent)
 
     def _known(self, queue: str) -> bool:
         """True once this process has seen a token or the census of the queue."""
