@@ -551,7 +551,9 @@ class PubSubBackend:
         self._closed = True
         self._keeper.stop()
         # Pulls a lease left running bring their tasks to the hand: wait for them (each ends
-        # within its pull wait), so what they bring is given back below.
+        # within its pull wait), so what they bring is given back below. A watch is not left
+        # running again (pubsub/pulls.py).
+        self._pulls.closing = True
         self.rpc.finish_pulls()
         leases = self._book.take_everything()
         held = {queue: hand.close() for queue, hand in self._hands.items()}

@@ -122,11 +122,14 @@ class ShardClaims:
         """Queues whose claims subscription this process looked at long and found no token in."""
         self._started = time.monotonic()
 
-    def claim(self, queue: str, subscription: str, topic: str, shard: int) -> Claim:
-        """Hold the shard's token: renewed when already held, else won from the subscription."""
+    def claim(
+        self, queue: str, subscription: str, topic: str, shard: int, *, defer: bool = False
+    ) -> Claim:
+        """Hold the shard's token: renewed when already held, else won from the subscription
+        (`defer` as in grab)."""
         if self.keep(queue, subscription, {shard}):
             return Claim.OWNED
-        grab = self.grab(queue, subscription, topic, {shard})
+        grab = self.grab(queue, subscription, topic, {shard}, defer=defer)
         if shard in grab.won:
             return Claim.OWNED
         return Claim.NO_TOKENS if grab.no_tokens else Claim.TAKEN

@@ -14,7 +14,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
@@ -385,14 +385,21 @@ class Hand:
 
     # Shard claims
 
-    def may_drain(self, source: str) -> bool:
-        """False for a shard whose token another process holds (it is draining that shard)."""
+    def may_drain(self, source: str, *, defer: bool = False) -> bool:
+        """False for a shard whose token another process holds (it is draining that shard).
+
+        `defer` (a look that ends with release_claims): the tokens and census a pull of the
+        claims subscription brings and this does not keep go back with that release, beside
+        the lease's grant, not in a call of their own now (a round trip in the hand's turn of
+        every lease that drains a shard)."""
         topology = self.topology
         if source not in topology.shards:
             return True
         shard = topology.shards.index(source)
         had = shard in self._claims.holding(self.queue)
-        outcome = self._claims.claim(self.queue, topology.claims, topology.claims_topic, shard)
+        outcome = self._claims.claim(
+            self.queue, topology.claims, topology.claims_topic, shard, defer=defer
+        )
         with self._lock:
             if outcome is Claim.OWNED and not had:
                 self._won[source] = time.monotonic()
@@ -539,9 +546,11 @@ class Hand:
         with self._lock:
             return source in self._unclaimed
 
-    def release_claims(self, *, later: bool = False) -> None:
+    def release_claims(self, *, later: bool = False, watched: Collection[str] = ()) -> None:
         """Give back the tokens of shards the hand holds no task of any more (and forget the
-        shards drained unclaimed once it holds none of their tasks).
+        shards drained unclaimed once it holds none of their tasks), but not of those `watched`
+        (a pull left running watches them, pubsub/pulls.py: released, its pull would take tasks
+        from the process that wins the shard next and drains it, splitting their tags).
 
         `later` (a lease that chose its tasks): the calls that give them back are made beside
         the rest of the lease (its grant) rather than before it, and out of the hand's turn
@@ -553,7 +562,11 @@ class Hand:
         in_hand = self.sources()
         with self._lock:
             self._unclaimed &= in_hand
-        done = {k for k in holding if topology.shards[k] not in in_hand}
+        done = {
+            k
+            for k in holding
+            if topology.shards[k] not in in_hand and topology.shards[k] not in watched
+        }
         renew_before = time.time() - topology.retention / 2
         send = self._claims.let_go(
             self.queue, topology.claims, topology.claims_topic, done, renew_before

@@ -14,6 +14,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import Future
 
 from pullqueue.adapters.pubsub.acks import Early
 from pullqueue.adapters.pubsub.hand import Hand, Wanted
@@ -65,6 +66,10 @@ messages took longer than a 0.15-0.25 s wait, and was dropped at the client's de
 FEW_SHARE = 0.5
 """A plain lease's first round that pulled some subscriptions only (_choose) and brought less
 than this share of what it needs pulls the others too."""
+WATCH_LEASES = 1
+"""Leases a watch (see PullRounds._watch) must have stood in for during its pull for it to be
+left running again when that pull ends empty: one watch a subscription while leases come, none
+once they stop."""
 SIZE_GUESS = 2**20
 """Bytes per message assumed of a subscription nothing was pulled from yet (the legacy limit of
 a task); after a pull, the largest message it brought, or an eighth of the guess before if more."""
@@ -108,6 +113,12 @@ class PullRounds:
         self._flight_began: dict[str, float] = {}
         """Subscription -> when (monotonic) the latest of those pulls began."""
         self._flight_lock = threading.Condition()
+        self._watches: dict[str, int] = {}
+        """Subscription -> leases that left it to its watch (a pull of _watch running on it)."""
+        self._watch_began: dict[str, float] = {}
+        """Subscription -> when (monotonic) its latest watch began."""
+        self.closing = False
+        """Set when the backend closes: no watch is left running again."""
         self._pulled: dict[str, float] = {}
         """Queue -> when (monotonic) probes of a lease by oldest tag last pulled any of it."""
         self._searched: dict[str, float] = {}
@@ -126,19 +137,36 @@ class PullRounds:
         Pub/Sub still brings them after such a lease answered: to the next lease. `whole`
         waits for them until `end` all the same (a lease about to answer []).
         """
+        called = time.monotonic()
         with self._flight_lock:
-            if not any(s in self._in_flight for s in sources):
+            if not any(self._running(s, whole, called) for s in sources):
                 return
             wait = self.settings.pubsub_pull_wait
             quick = whole or self.rpc.holds_empty_pulls is False
             allowance = math.inf if quick else self._answer_allowance(wait)
             while True:
                 now = time.monotonic()
-                running = [s for s in sources if s in self._in_flight]
+                running = [s for s in sources if self._running(s, whole, called)]
                 until = min([end] + [self._flight_began[s] + allowance for s in running])
                 if not running or until <= now:
                     return
                 self._flight_lock.wait(until - now)
+
+    def _running(self, source: str, watched: bool, since: float) -> bool:
+        """True while a pull is left running on `source`: with `watched`, a watch counts too,
+        unless left running again after `since` (under the flight lock). A watch is waited for
+        only by a lease about to answer [], not by every lease: it brings a task to the hand the
+        moment one comes, and would cost a lease that began just after it began the allowance
+        of settle_flights."""
+        if source not in self._in_flight:
+            return False
+        idle = source in self._watches
+        if idle and self._in_flight[source] == 1 and self._watch_began[source] > since:
+            # A watch left running again after `since` (the call's start): the one before it
+            # ended, and brought nothing, within the call; waiting for this one would cost an
+            # empty lease another pull wait.
+            return False
+        return watched or self._in_flight[source] > idle
 
     def await_claimants(
         self, queue: str, topology: QueueTopology, max_tasks: int, end: float
@@ -619,17 +647,32 @@ class PullRounds:
         if tag is not None:
             # Fill up from the tag's subscriptions, but not from one this call drained (all of
             # it is in hand) or found empty a moment ago, unless this process won its claim a
-            # moment ago (other processes give back the heads of it they held).
+            # moment ago (other processes give back the heads of it they held). Where empty
+            # pulls are held, a shard this call drained to empty is watched instead (a pull left
+            # running brings such a head to the hand for the next lease): looking again now
+            # costs a round trip in the hand's turn and finds only what came back since the
+            # drain's last pull, a moment ago.
             now = time.monotonic()
+            watching = self.rpc.holds_empty_pulls is True
+            self._watch(
+                queue,
+                topology,
+                sorted(
+                    s for s in drained if held.settling(s, now) and held.emptied(s) and watching
+                ),
+            )
             try:
                 sources = [
                     source
                     for source in topology.sources_of(tag)
                     if (
                         (source not in drained and not held.marked(source, now))
-                        or held.settling(source, now)
+                        or (
+                            held.settling(source, now)
+                            and not (watching and source in drained and held.emptied(source))
+                        )
                     )
-                    and (source not in topology.shards or held.may_drain(source))
+                    and (source not in topology.shards or held.may_drain(source, defer=True))
                 ]
                 sources = self._glance(queue, topology, sources, end)
             except Error:
@@ -639,7 +682,9 @@ class PullRounds:
                 queue, topology, sources, max_tasks, end, of_tag(tag), picked, rotate=False
             )
         # Beside the lease's grant (the backend waits for it after): one round trip less.
-        held.release_claims(later=True)
+        with self._flight_lock:
+            watched = set(self._watches)
+        held.release_claims(later=True, watched=watched)
         return picked
 
     def _glance_at(
@@ -658,10 +703,12 @@ class PullRounds:
             return set(), []
         held = self._hand(queue)
         now = time.monotonic()
-        with self._flight_lock:
-            flying = set(self._in_flight)
         behind = [s for s in sources if held.empty_behind(s, now)]
-        return {s for s in behind if s in flying}, [s for s in behind if s not in flying]
+        with self._flight_lock:
+            flying = {s for s in behind if s in self._in_flight}
+            for source in flying & set(self._watches):
+                self._watches[source] += 1
+        return flying, [s for s in behind if s not in flying]
 
     def _glance(
         self, queue: str, topology: QueueTopology, sources: list[str], end: float
@@ -698,7 +745,94 @@ class PullRounds:
             else:
                 held.hold(result)
                 held.probed([source])
+        self._watch(queue, topology, sorted(quiet))
         return [s for s in sources if s not in quiet and s not in watched]
+
+    def _watch(self, queue: str, topology: QueueTopology, sources: Sequence[str]) -> None:
+        """Leave a pull running on each of `sources` (found empty; no pull running on it), held
+        in the server up to the pull wait: a task published there meanwhile is answered to it
+        at once and goes to the hand. Later fill-ups leave the subscription to it (_quiet)
+        rather than glance at it, a round trip in the hand's turn of every lease by oldest tag
+        (37 of a 40 ms lease at 30 ms round trips, the worker subscription being empty when
+        every task is tagged). A watch that ends empty is left running again while leases
+        come (WATCH_LEASES); one that brought tasks is not (a fill-up pulls the subscription,
+        its tasks in hand first). A shard's is watched only while this process holds its token
+        (a fill-up pulls a shard only then), and the token is kept while the watch runs
+        (release_claims): the process that wins it next drains the shard whole. Only where
+        empty pulls are held; never once the backend closes.
+        """
+        if self.closing or self.rpc.holds_empty_pulls is not True:
+            return
+        held = self._hand(queue)
+        for source in sources:
+            with self._flight_lock:
+                if source in self._in_flight:
+                    continue
+                self._in_flight[source] = 1
+                self._flight_began[source] = self._watch_began[source] = time.monotonic()
+                self._watches[source] = 0
+            held.unanswered(source)
+            wait = self.settings.pubsub_pull_wait
+            pull = functools.partial(
+                self._pull,
+                queue,
+                topology,
+                source,
+                max(min(held.room(), 1000), 1),
+                time.monotonic() + wait + DROP_GRACE,
+                patient=True,
+                wait=wait,
+                grace=DROP_GRACE,
+                split=False,
+            )
+            try:
+                future = self.rpc.start(pull)
+            except RuntimeError:  # the pool shut down: the backend is closing
+                self._watched(queue, topology, source, None)
+                return
+            future.add_done_callback(functools.partial(self._watch_ended, queue, topology, source))
+
+    def _watch_ended(
+        self,
+        queue: str,
+        topology: QueueTopology,
+        source: str,
+        future: Future[list[Delivery] | None],
+    ) -> None:
+        """A watch's pull ended: what it brought to the hand; left running again (_watch) when
+        it brought nothing and leases stood on it meanwhile."""
+        error = future.exception()
+        result = None if error is not None else future.result()
+        again = self._watched(queue, topology, source, result, failed=error is not None)
+        if again:
+            self._watch(queue, topology, [source])
+
+    def _watched(
+        self,
+        queue: str,
+        topology: QueueTopology,
+        source: str,
+        result: list[Delivery] | None,
+        *,
+        failed: bool = False,
+    ) -> bool:
+        """Book a watch's end: True when it should be left running again."""
+        held = self._hand(queue)
+        try:
+            if result:
+                held.hold(result)
+                held.probed([source])
+            elif not failed:
+                held.mark_empty(source)
+        finally:
+            with self._flight_lock:
+                used = self._watches.pop(source, 0)
+                self._in_flight[source] -= 1
+                if not self._in_flight[source]:
+                    del self._in_flight[source]
+                    del self._flight_began[source]
+                self._flight_lock.notify_all()
+        return not result and not failed and used >= WATCH_LEASES
 
     def _gather(
         self, queue: str, topology: QueueTopology, hand: list[Delivery], end: float, *, fresh: bool
@@ -743,7 +877,7 @@ class PullRounds:
                     # Drained to empty in an earlier call and given nothing back since: what
                     # came later is younger than what is in hand from it.
                     continue
-                if held.may_drain(source):
+                if held.may_drain(source, defer=True):
                     if held.no_room_for(source, hand, partial):
                         # Serve what is whole in hand first; draining this now would fill the
                         # hand with parts of subscriptions and lease their tags in parts.
@@ -759,7 +893,7 @@ class PullRounds:
             if taken:
                 hand = held.give_to_claimants(hand, taken)
                 for source in sorted(taken) if fresh else ():
-                    if held.may_drain(source):
+                    if held.may_drain(source, defer=True):
                         hand += self._drain(queue, topology, source, hand, end, fresh=True)[0]
             hand = self._give_probes_back(queue, hand, probed, drained)
         except Error:
