@@ -335,14 +335,16 @@ def test_a_process_starting_while_others_hold_every_token_waits_for_one(
     assert sorted(str(t.name) for t in leased) == [f"w-{i}" for i in range(6)]
 
 
-def test_a_look_gives_the_census_back_at_once_while_other_processes_hold_tokens(
+def test_a_look_gives_back_what_it_does_not_keep_at_once_while_other_processes_hold_tokens(
     make_backend: MakeBackend, raw: tuple[object, object]
 ) -> None:
-    # A lease's look keeps the tokens it does not want until the call ends (a later claim in
-    # the call takes one without a pull). The census went with them: with 32 busy processes a
-    # look was under way in nearly every moment, a starting process saw neither token nor
-    # census for its 3 s, drained shards unclaimed and split their tags (0.53-0.80x the legacy
-    # batches). Now, while other processes hold tokens, the census goes back at once.
+    # A lease's look kept the tokens it did not want, and the census, until the call ended (a
+    # later claim in the call took one without a pull). With 32 busy processes a look was under
+    # way in nearly every moment: a starting process saw neither token nor census for its 3 s,
+    # drained shards unclaimed and split their tags (0.53-0.80x the legacy batches), and with
+    # 2 x 4 another process's claim pulled the claims subscription again and again, each pull
+    # held its wait (1.0-1.1 s a claim). Now, while other processes hold tokens, what the look
+    # does not keep goes back at once.
     _, subscriber = raw
     backend = make_backend()
     topology = backend.topology("busy")
@@ -350,15 +352,41 @@ def test_a_look_gives_the_census_back_at_once_while_other_processes_hold_tokens(
     claims = backend._claims
     grab = claims.grab("busy", topology.claims, topology.claims_topic, {5}, defer=True)
     assert grab.won == {5} and grab.elsewhere
-    # The call is still under way (nothing released): what a starting process sees now.
+    # The call is still under way (nothing released): what another process sees now.
+    others = sorted([str(k) for k in range(SHARDS) if k not in (0, 5)] + ["census"])
     seen: list[Any] = []
     until = time.monotonic() + 5.0
-    while time.monotonic() < until and not seen:
+    while time.monotonic() < until and len(seen) < len(others):
+        time.sleep(0.05)
+        if seen:
+            _give_back(subscriber, topology, [t.ack_id for t in seen])
         seen = raw_pull(subscriber, topology.claims)
-    assert [t.message.attributes.get(ATTR_CENSUS) for t in seen] == ["1"], seen
+    assert sorted(t.message.attributes.get(ATTR_SHARD, "census") for t in seen) == others
     _give_back(subscriber, topology, [t.ack_id for t in seen] + held)
-    # The tokens not wanted still go back with the call's release, the census not twice.
+    # The call's release gives back the token it kept, nothing twice.
     claims.release("busy", topology.claims, topology.claims_topic, {5}, 0.0)
+    back = raw_pull(subscriber, topology.claims)
+    assert sorted(t.message.attributes.get(ATTR_SHARD, "census") for t in back) == sorted(
+        [str(k) for k in range(SHARDS)] + ["census"]
+    )
+
+
+def test_a_process_alone_keeps_what_its_look_does_not_want_until_the_call_ends(
+    make_backend: MakeBackend, raw: tuple[object, object]
+) -> None:
+    # Alone (every token seen free), a look keeps the tokens it does not want for a later
+    # claim in the same call, and the census with them: one call gives them all back.
+    _, subscriber = raw
+    backend = make_backend()
+    topology = backend.topology("alone")
+    claims = backend._claims
+    grab = claims.grab("alone", topology.claims, topology.claims_topic, {5}, defer=True)
+    assert grab.won == {5} and not grab.elsewhere
+    assert raw_pull(subscriber, topology.claims) == []
+    assert claims.claim("alone", topology.claims, topology.claims_topic, 7, defer=True) is (
+        Claim.OWNED
+    )
+    claims.release("alone", topology.claims, topology.claims_topic, {5, 7}, 0.0)
     back = raw_pull(subscriber, topology.claims)
     assert sorted(t.message.attributes.get(ATTR_SHARD, "census") for t in back) == sorted(
         [str(k) for k in range(SHARDS)] + ["census"]

@@ -61,6 +61,10 @@ def test_leases_from_a_stocked_hand_make_no_pull_in_their_turn(
     first = queue.lease(60, 100, group_by_tag=True)  # drains the shard: every tag in hand
     assert [t.tag for t in first] == [tags[0]] * 5
     queue.delete(first)
+    # The first look's probes of empty subscriptions, left running, end at the pull wait: then
+    # the process knows the server holds empty pulls (until then a fill-up pulls as before).
+    time.sleep(1.5)
+    assert backend.rpc.holds_empty_pulls is True
     made = []
     for tag in tags[1:5]:
         with layer.counting() as calls:

@@ -14,7 +14,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
@@ -409,6 +409,13 @@ class Hand:
                 self._claimed.pop(source, None)
         return outcome is not Claim.TAKEN
 
+    def holds_claim(self, source: str) -> bool:
+        """True unless `source` is a shard whose token this process does not hold."""
+        topology = self.topology
+        if source not in topology.shards:
+            return True
+        return topology.shards.index(source) in self._claims.holding(self.queue)
+
     def settling(self, source: str, now: float | None = None) -> bool:
         """True within CLAIM_SETTLE seconds of winning the shard's claim."""
         now = time.monotonic() if now is None else now
@@ -546,11 +553,12 @@ class Hand:
         with self._lock:
             return source in self._unclaimed
 
-    def release_claims(self, *, later: bool = False, watched: Collection[str] = ()) -> None:
+    def release_claims(self, *, later: bool = False) -> None:
         """Give back the tokens of shards the hand holds no task of any more (and forget the
-        shards drained unclaimed once it holds none of their tasks), but not of those `watched`
-        (a pull left running watches them, pubsub/pulls.py: released, its pull would take tasks
-        from the process that wins the shard next and drains it, splitting their tags).
+        shards drained unclaimed once it holds none of their tasks). A watch left running on
+        such a shard (pubsub/pulls.py) is not left running again once it ends; what it brings
+        meanwhile goes to the hand, a shard's tasks there that another process claims given to
+        it by the next look (give_to_claimants).
 
         `later` (a lease that chose its tasks): the calls that give them back are made beside
         the rest of the lease (its grant) rather than before it, and out of the hand's turn
@@ -562,11 +570,7 @@ class Hand:
         in_hand = self.sources()
         with self._lock:
             self._unclaimed &= in_hand
-        done = {
-            k
-            for k in holding
-            if topology.shards[k] not in in_hand and topology.shards[k] not in watched
-        }
+        done = {k for k in holding if topology.shards[k] not in in_hand}
         renew_before = time.time() - topology.retention / 2
         send = self._claims.let_go(
             self.queue, topology.claims, topology.claims_topic, done, renew_before

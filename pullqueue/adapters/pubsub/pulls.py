@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
+from typing import Any
 
 from pullqueue.adapters.pubsub.acks import Early
 from pullqueue.adapters.pubsub.hand import Hand, Wanted
@@ -70,6 +71,13 @@ WATCH_LEASES = 1
 """Leases a watch (see PullRounds._watch) must have stood in for during its pull for it to be
 left running again when that pull ends empty: one watch a subscription while leases come, none
 once they stop."""
+FIRST_LOOK_LATE = (4.0, 0.25)
+"""(share, least): a first look's probes that brought nothing yet are waited for this share of
+the time the first that brought tasks took, and at least this many seconds more, before the
+round ends without them (unless an empty answer came: see PullRounds._probe)."""
+PART_SETTLE = 0.05
+"""Least seconds the parts of a pull split into parts are waited for after one brought messages,
+where empty pulls are held (more where answers take longer: a recent answer's time)."""
 SIZE_GUESS = 2**20
 """Bytes per message assumed of a subscription nothing was pulled from yet (the legacy limit of
 a task); after a pull, the largest message it brought, or an eighth of the guess before if more."""
@@ -117,6 +125,9 @@ class PullRounds:
         """Subscription -> leases that left it to its watch (a pull of _watch running on it)."""
         self._watch_began: dict[str, float] = {}
         """Subscription -> when (monotonic) its latest watch began."""
+        self._held_parts: dict[str, int] = {}
+        """Subscription -> parts of a pull left running past their round as held empty
+        (_parts_running)."""
         self.closing = False
         """Set when the backend closes: no watch is left running again."""
         self._pulled: dict[str, float] = {}
@@ -153,15 +164,19 @@ class PullRounds:
                 self._flight_lock.wait(until - now)
 
     def _running(self, source: str, watched: bool, since: float) -> bool:
-        """True while a pull is left running on `source`: with `watched`, a watch counts too,
-        unless left running again after `since` (under the flight lock). A watch is waited for
-        only by a lease about to answer [], not by every lease: it brings a task to the hand the
-        moment one comes, and would cost a lease that began just after it began the allowance
-        of settle_flights."""
+        """True while a pull is left running on `source`: with `watched`, a watch (unless left
+        running again after `since`) and the parts of a pull left running as held empty count
+        too (under the flight lock). Those are waited for only by a lease about to answer [],
+        not by every lease: they bring a task to the hand the moment one comes, and would cost
+        a lease that began just after they did the allowance of settle_flights."""
         if source not in self._in_flight:
             return False
-        idle = source in self._watches
-        if idle and self._in_flight[source] == 1 and self._watch_began[source] > since:
+        idle = (source in self._watches) + self._held_parts.get(source, 0)
+        if (
+            source in self._watches
+            and self._in_flight[source] == 1
+            and self._watch_began[source] > since
+        ):
             # A watch left running again after `since` (the call's start): the one before it
             # ended, and brought nothing, within the call; waiting for this one would cost an
             # empty lease another pull wait.
@@ -682,9 +697,7 @@ class PullRounds:
                 queue, topology, sources, max_tasks, end, of_tag(tag), picked, rotate=False
             )
         # Beside the lease's grant (the backend waits for it after): one round trip less.
-        with self._flight_lock:
-            watched = set(self._watches)
-        held.release_claims(later=True, watched=watched)
+        held.release_claims(later=True)
         return picked
 
     def _glance_at(
@@ -756,10 +769,11 @@ class PullRounds:
         (37 of a 40 ms lease at 30 ms round trips, the worker subscription being empty when
         every task is tagged). A watch that ends empty is left running again while leases
         come (WATCH_LEASES); one that brought tasks is not (a fill-up pulls the subscription,
-        its tasks in hand first). A shard's is watched only while this process holds its token
-        (a fill-up pulls a shard only then), and the token is kept while the watch runs
-        (release_claims): the process that wins it next drains the shard whole. Only where
-        empty pulls are held; never once the backend closes.
+        its tasks in hand first). A shard's is started only while this process holds its
+        token (a fill-up pulls a shard only then) and not left running again once the token
+        went back (the hand held none of the shard's tasks): what it brought meanwhile is given
+        to the process that claims the shard by the next look. Only where empty pulls are
+        held; never once the backend closes.
         """
         if self.closing or self.rpc.holds_empty_pulls is not True:
             return
@@ -804,7 +818,7 @@ class PullRounds:
         error = future.exception()
         result = None if error is not None else future.result()
         again = self._watched(queue, topology, source, result, failed=error is not None)
-        if again:
+        if again and self._hand(queue).holds_claim(source):
             self._watch(queue, topology, [source])
 
     def _watched(
@@ -1055,6 +1069,11 @@ class PullRounds:
         # lease (settle_flights). Where they answer at once (the emulator) every probe is
         # waited for: no head is missed when the oldest is chosen.
         held_empty = self.rpc.holds_empty_pulls is True
+        # Before any pull told whether empty pulls are held, the round is cut too, unless an
+        # empty answer comes first (the emulator answers them at once; Pub/Sub holds them the
+        # pull wait, which a process's first lease by oldest tag waited for: 1.05 of its 1.1-1.3
+        # s at 30 ms round trips, every other thread of the process waiting on it meanwhile).
+        unknown = self.rpc.holds_empty_pulls is None
         found, _ = self._pull_each(
             queue,
             topology,
@@ -1064,11 +1083,12 @@ class PullRounds:
             # With a task in hand or a head remembered, a probe only has to find an older one:
             # it waits on an empty subscription as a call with tasks does, not the pull wait.
             patient=not hand and not remembered,
-            spread=held_empty,
-            cut=held_empty,
+            spread=held_empty or unknown,
+            cut=held_empty or unknown,
             grace=True,
             join=True,
             landed=True,
+            first=unknown,
         )
         held_for = time.monotonic() - began
         if (
@@ -1101,6 +1121,7 @@ class PullRounds:
         landed: bool = False,
         glance: Collection[str] = (),
         split: bool = True,
+        first: bool = False,
     ) -> tuple[list[Delivery], list[str]]:
         """Pull up to `size` (of each, when a mapping) from each source, side by side (an empty
         queue answers after one pull wait, not one per source): what came, and the sources
@@ -1118,7 +1139,10 @@ class PullRounds:
         but joined (_join), so the round sees what that pull brings; with `landed` (probes
         and drains, whose caller took every task in hand) also one whose tasks are in the hand.
         The sources of `glance` are pulled with `immediately` (never joined), and one that
-        brings nothing is not marked found empty (only a held pull finds that).
+        brings nothing is not marked found empty (only a held pull finds that). `first` (a cut
+        round before it is known whether empty pulls are held): an empty answer come before
+        the round ended shows they are answered at once, and every pull is waited for; else
+        the round ends FIRST_LOOK_LATE after the first that brought tasks (see _probe).
         """
         held = self._hand(queue)
         joining: set[str] = set()
@@ -1227,6 +1251,8 @@ class PullRounds:
                 late,
                 pending_hook=flying,
                 give_up=self._next_wait() if extra else None,
+                answered_at_once=(lambda r: r is None) if first else None,
+                after=FIRST_LOOK_LATE if first else (0.0, 0.0),
             )
             if spread and (cut or extra)
             else self.rpc.run_each(calls)
@@ -1371,6 +1397,9 @@ class PullRounds:
             parts = min(parts, max(1, brought // SPLIT_LEAST))
         sizes = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
         pulled_at = time.time()
+        # Where empty pulls are held, parts still running a moment after one brought messages
+        # are held empty: not waited for (their answers, if any, go to the hand).
+        settled = parts > 1 and self.rpc.holds_empty_pulls is True
         results, failure = self.rpc.pull_many(
             source,
             sizes,
@@ -1384,6 +1413,9 @@ class PullRounds:
             # all to arrive (a subscription's first pull asks for one message).
             message_bytes=known * beside if known is not None else SIZE_GUESS,
             immediately=immediately,
+            settle=max(self.rpc.answer_seconds or 0.0, PART_SETTLE) if settled else None,
+            late=functools.partial(self._part_ended, queue, topology, source, pulled_at),
+            pending_hook=functools.partial(self._parts_running, source),
         )
         received = [item for result in results for item in result]
         self._last[source] = (total, len(received))
@@ -1397,6 +1429,73 @@ class PullRounds:
             if failure is not None:
                 raise failure
             return None
+        # (The answers are sorted out, then cleared, from `received` alone.)
+        del results
+        ready = self._sort_out(queue, topology, source, received, pulled_at)
+        if failure is not None:
+            # Another pull of this round failed: keep what came for the next call, then say so.
+            self._hand(queue).hold(ready)
+            raise failure
+        return ready
+
+    def _parts_running(self, source: str, count: int) -> None:
+        """`count` parts of a pull of `source` were left running past its round (settle)."""
+        with self._flight_lock:
+            self._in_flight[source] = self._in_flight.get(source, 0) + count
+            self._held_parts[source] = self._held_parts.get(source, 0) + count
+            self._flight_began[source] = time.monotonic()
+
+    def _part_ended(
+        self,
+        queue: str,
+        topology: QueueTopology,
+        source: str,
+        pulled_at: float,
+        received: list[Any] | None,
+    ) -> None:
+        """A part left running past its round ended: what it brought goes to the hand; one
+        that brought nothing found the subscription empty (None: it failed)."""
+        held = self._hand(queue)
+        count = len(received or ())
+        try:
+            if received == []:
+                held.mark_empty(source)
+            ready = self._sort_out(queue, topology, source, received or [], pulled_at)
+            if ready:
+                held.hold(ready)
+                held.probed([source])
+        except Error as exc:
+            log.warning(
+                "queue %r: %d messages a pull brought after its round could not be sorted out"
+                " (%s); they come back at their ack deadline",
+                queue,
+                count,
+                exc,
+            )
+        finally:
+            with self._flight_lock:
+                self._held_parts[source] -= 1
+                if not self._held_parts[source]:
+                    del self._held_parts[source]
+                self._in_flight[source] -= 1
+                if not self._in_flight[source]:
+                    del self._in_flight[source]
+                    del self._flight_began[source]
+                self._flight_lock.notify_all()
+
+    def _sort_out(
+        self,
+        queue: str,
+        topology: QueueTopology,
+        source: str,
+        received: list[Any],
+        pulled_at: float,
+    ) -> list[Delivery]:
+        """The available deliveries of what a pull of `source` brought: copies the
+        subscription should not serve are acked away, tasks with an ETA ahead hidden until then
+        (or republished near a limit), those set aside handed to the republisher."""
+        if not received:
+            return []
         largest = max(item.message.ByteSize() for item in received)
         self._sizes[source] = max(largest, self._sizes.get(source, SIZE_GUESS) // 8)
         self._message_bytes[source] = max(largest, self._message_bytes.get(source, 0) // 2)
@@ -1435,7 +1534,8 @@ class PullRounds:
             served.append(delivery)
         # The answer as parsed (as big again as its payloads; any part of it keeps it all) goes
         # before the calls below.
-        del received, results, item
+        received.clear()
+        del item
         self._book.seen(queue, [(d.name, d.message_id) for d in served])
         gone = self._book.dropped_among(d.message_id for d in served)
         if gone:
@@ -1467,10 +1567,6 @@ class PullRounds:
         for seconds, deliveries in deferred.items():
             self.rpc.modify(source, [d.ack_id for d in deliveries], seconds, queue=queue)
             self._book.skipped(deliveries)
-        if failure is not None:
-            # Another pull of this round failed: keep what came for the next call, then say so.
-            self._hand(queue).hold(ready)
-            raise failure
         return ready
 
 

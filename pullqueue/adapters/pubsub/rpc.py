@@ -6,6 +6,7 @@ only what is safe to retry, and turns exactly-once per-ack-id failures into a se
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -31,6 +32,8 @@ from pullqueue.adapters.pubsub.errors import (
 from pullqueue.errors import ConfigurationError, Error
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 PARALLEL_PULLS = 4
 """Pulls of one subscription one lease call may have in flight at once."""
@@ -311,12 +314,22 @@ class PubSubRpc:
         message_bytes: int = 0,
         grace: float = 0.0,
         immediately: bool = False,
+        settle: float | None = None,
+        late: Callable[[list[Any] | None], None] | None = None,
+        pending_hook: Callable[[int], None] | None = None,
     ) -> tuple[list[list[Any]], Error | None]:
         """Several pulls at once (one per size): what each brought, and the first failure.
 
         Pulls run side by side so one lease call is not a queue of round trips (the emulator
         answers at most 100 messages a pull); what the others brought is returned even when
         one fails, so the caller can keep it before raising.
+
+        With `settle` (where empty pulls are held) the pulls still running `settle` seconds
+        after one brought messages are not waited for: where messages wait a pull answers in a
+        round trip, so those are held empty, and the round would wait for the slowest. They
+        count as having brought nothing; `pending_hook` is told how many were left running
+        (before this returns), and `late` gets what each brings when it ends (None when it
+        failed: the failure is logged, a failed pull brought nothing).
         """
         if len(sizes) == 1:
             answer = self.pull(
@@ -344,6 +357,8 @@ class PubSubRpc:
             )
             for size in sizes
         ]
+        if settle is not None and late is not None:
+            return self._settled(futures, settle, late, pending_hook)
         results: list[list[Any]] = []
         failure: Error | None = None
         for future in futures:
@@ -351,6 +366,48 @@ class PubSubRpc:
                 results.append(future.result())
             except Error as exc:
                 failure = failure or exc
+        return results, failure
+
+    @staticmethod
+    def _settled(
+        futures: list[Future[list[Any]]],
+        settle: float,
+        late: Callable[[list[Any] | None], None],
+        pending_hook: Callable[[int], None] | None,
+    ) -> tuple[list[list[Any]], Error | None]:
+        """pull_many's answers with `settle` (see there)."""
+        results: list[list[Any]] = [[] for _ in futures]
+        failure: Error | None = None
+        pending = set(range(len(futures)))
+        first: float | None = None
+        while pending:
+            timeout = None if first is None else max(first + settle - time.monotonic(), 0.0)
+            done, _ = wait(
+                [futures[i] for i in pending], timeout=timeout, return_when=FIRST_COMPLETED
+            )
+            if not done:
+                break
+            for i in sorted(pending):
+                if not futures[i].done():
+                    continue
+                pending.discard(i)
+                try:
+                    results[i] = futures[i].result()
+                except Error as exc:
+                    failure = failure or exc
+                if results[i] and first is None:
+                    first = time.monotonic()
+        if pending and pending_hook is not None:
+            pending_hook(len(pending))
+
+        def ended(future: Future[list[Any]]) -> None:
+            error = future.exception()
+            if error is not None:
+                log.info("a pull left running past its round failed (%s)", error)
+            late(None if error is not None else future.result())
+
+        for i in sorted(pending):
+            futures[i].add_done_callback(ended)
         return results, failure
 
     def run_each(self, calls: Sequence[Callable[[], T]]) -> list[T | Error]:
@@ -382,6 +439,8 @@ class PubSubRpc:
         *,
         give_up: float | None = None,
         pending_hook: Callable[[int], None] | None = None,
+        answered_at_once: Callable[[T], bool] | None = None,
+        after: tuple[float, float] = (0.0, 0.0),
     ) -> list[T | Error | Pending]:
         """Run the calls side by side until one's result is `useful`; then wait for the others
         no longer than that one took (LATE_SHARE of it, at least LATE_LEAST s). Each one's
@@ -392,6 +451,11 @@ class PubSubRpc:
 
         On Pub/Sub an empty pull is held until its deadline: a lease that has tasks to answer
         with does not wait for the pulls of empty subscriptions beside them.
+
+        `answered_at_once` (a round run before it is known whether empty pulls are held): a
+        result it accepts (an empty answer, come before the others ended) shows that the server
+        answers empty pulls at once (the emulator): every call is then waited for, none cut.
+        `after` = (share, least) replaces (LATE_SHARE, LATE_LEAST) when given.
         """
         if len(calls) == 1 and give_up is None:
             return list(self.run_each(calls))
@@ -400,18 +464,25 @@ class PubSubRpc:
         index = {future: i for i, future in enumerate(futures)}
         pending = set(futures)
         until: float | None = None if give_up is None else began + give_up
-        answered = False
+        share, least = after if after != (0.0, 0.0) else (LATE_SHARE, LATE_LEAST)
+        answered = every = False
         while pending:
             timeout = None if until is None else max(until - time.monotonic(), 0.0)
             done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
             if not done:
                 break
-            if not answered and any(
-                future.exception() is None and useful(future.result()) for future in done
+            if answered_at_once is not None and any(
+                future.exception() is None and answered_at_once(future.result()) for future in done
+            ):
+                every, until = True, None
+            if (
+                not answered
+                and not every
+                and any(future.exception() is None and useful(future.result()) for future in done)
             ):
                 answered = True
                 took = time.monotonic() - began
-                until = time.monotonic() + max(took * LATE_SHARE, LATE_LEAST)
+                until = time.monotonic() + max(took * share, least)
         results: list[T | Error | Pending] = []
         for future in futures:
             if future in pending:

@@ -1,0 +1,163 @@
+"""Rounds that do not wait on pulls the server holds empty, where it holds them (the realistic
+layer at 30 ms round trips with `hold_empty`), and still wait on every pull where empty pulls are
+answered at once (the emulator).
+
+Pub/Sub holds an empty pull to its wait; the emulator answers it at once. A round of pulls side
+by side that waits for every one waits for the held ones: the parts of a drain's pull (0.13-0.15
+s of a 0.16-0.23 s drain), a process's first look by oldest tag (1.05 of its 1.1-1.3 s), a claim's
+second pull of the claims subscription (0.25 s more a claim when the shard's token was held
+elsewhere). These tests hold each of those to a round trip or two, and the first look to every
+probe on a server that answers empty pulls at once, where a head it missed would choose the
+wrong oldest tag.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pullqueue import Queue, Task
+from pullqueue.adapters.pubsub import PubSubBackend
+from pullqueue.adapters.pubsub.claims import ATTR_SHARD, Claim
+from pullqueue.adapters.pubsub.layout import shard_of
+from tests.pubsub.conftest import backend_on, raw_pull, tags_on_shard_of
+from tests.support.realpubsub import Knobs, RealisticPubSub
+
+RTT = 0.03
+
+
+@pytest.fixture
+def held(emulator: str) -> Iterator[RealisticPubSub]:
+    """Round trips and held empty pulls only: answers bring all they can (no random share)."""
+    with RealisticPubSub(emulator, Knobs(rtt=RTT, hold_empty=True), seed=3) as made:
+        yield made
+
+
+def _backend(layer: RealisticPubSub, prefix: str) -> PubSubBackend:
+    return backend_on(layer, f"{prefix}-{time.monotonic_ns()}")
+
+
+def test_parts_held_empty_are_not_waited_for_and_bring_what_comes_later(
+    held: RealisticPubSub,
+) -> None:
+    """Before: the round waited for the three empty parts' full wait (1 s here)."""
+    backend = _backend(held, "parts")
+    try:
+        queue = Queue("parts", backend)
+        queue.add([Task(b"p") for _ in range(50)])
+        source = backend.topology("parts").workers
+        backend.rpc.holds_empty_pulls = True  # as once a pull was seen held
+        late: list[list[Any] | None] = []
+        running: list[int] = []
+        ended = threading.Event()
+
+        def landed(items: list[Any] | None) -> None:
+            late.append(items)
+            if len(late) == sum(running):
+                ended.set()
+
+        began = time.monotonic()
+        results, failure = backend.rpc.pull_many(
+            source,
+            [250, 250, 250, 250],
+            queue="parts",
+            wait=1.0,
+            budget=5.0,
+            settle=0.05,
+            late=landed,
+            pending_hook=running.append,
+        )
+        took = time.monotonic() - began
+        assert failure is None
+        assert sum(len(r) for r in results) == 50
+        assert took < 0.5, took
+        assert running and sum(running) == sum(1 for r in results if not r)
+        # The parts left running end at their wait, having found nothing, and are reported.
+        queue.add([Task(b"late")])
+        assert ended.wait(5.0)
+        brought = [item for items in late if items for item in items]
+        assert [item.message.data for item in brought] == [b"late"]
+        backend.rpc.modify(source, [item.ack_id for item in brought], 0, queue="parts")
+    finally:
+        backend.close()
+
+
+def test_a_first_look_by_oldest_tag_is_not_held_by_empty_subscriptions(
+    held: RealisticPubSub,
+) -> None:
+    """Before: the first lease of a process waited for the probes of every empty subscription
+    (the worker one, 15 empty shards) for the pull wait: 1.1-1.3 s."""
+    backend = _backend(held, "first")
+    try:
+        queue = Queue("first", backend)
+        tag = tags_on_shard_of("first-0", 1)[0]
+        queue.add([Task(b"f", tag=tag) for _ in range(5)])
+        time.sleep(0.2)
+        began = time.monotonic()
+        leased = queue.lease(60, 100, group_by_tag=True)
+        took = time.monotonic() - began
+        assert [t.tag for t in leased] == [tag] * 5
+        assert took < 0.8, took
+        queue.delete(leased)
+    finally:
+        backend.close()
+
+
+def test_a_first_look_waits_for_a_slow_head_where_empty_pulls_are_answered_at_once(
+    emulator: str,
+) -> None:
+    """The oldest tag's shard answers 0.6 s late (a loaded server); empty pulls are answered
+    at once, as the emulator answers them: the first look waits for every probe and leases the
+    oldest tag, not the younger one whose shard answered first."""
+    # A shard numbered 2-9, so that no other shard's subscription name holds its name.
+    oldest = next(f"slow-{i}" for i in range(1000) if 2 <= shard_of(f"slow-{i}") <= 9)
+    younger = next(f"fast-{i}" for i in range(1000) if shard_of(f"fast-{i}") != shard_of(oldest))
+    slow = f"shard-{shard_of(oldest)}"
+    knobs = Knobs(slow_answers=0.6, slow_only=slow)
+    with RealisticPubSub(emulator, knobs, seed=5) as layer:
+        backend = _backend(layer, "slowhead")
+        try:
+            queue = Queue("slowhead", backend)
+            queue.add([Task(b"o", tag=oldest) for _ in range(3)])
+            time.sleep(0.05)
+            queue.add([Task(b"y", tag=younger) for _ in range(3)])
+            leased = queue.lease(60, 100, group_by_tag=True, deadline=20)
+            assert [t.tag for t in leased] == [oldest] * 3
+            queue.delete(leased)
+        finally:
+            backend.close()
+
+
+def test_a_claim_of_a_shard_held_elsewhere_is_not_held_a_second_wait(
+    held: RealisticPubSub, raw: tuple[Any, Any]
+) -> None:
+    """Before: the claim's second pull of the claims subscription (the free tokens were out to
+    its first) was held CLAIM_WAIT (0.25 s): 0.32-0.35 s a claim, now two round trips and the
+    give-back."""
+    _, subscriber = raw
+    backend = _backend(held, "claimed")
+    try:
+        topology = backend.topology("claimed")
+        tokens = raw_pull(subscriber, topology.claims)
+        mine = [t.ack_id for t in tokens if t.message.attributes.get(ATTR_SHARD) == "4"]
+        others = [t.ack_id for t in tokens if t.ack_id not in mine]
+        subscriber.modify_ack_deadline(
+            subscription=topology.claims, ack_ids=others, ack_deadline_seconds=0
+        )
+        backend.rpc.holds_empty_pulls = True
+        claim = (topology.claims, topology.claims_topic)
+        took = []
+        for _ in range(3):
+            began = time.monotonic()
+            assert backend._claims.claim("claimed", *claim, 4) is Claim.TAKEN
+            took.append(time.monotonic() - began)
+        assert sorted(took)[1] < 0.2, took
+        subscriber.modify_ack_deadline(
+            subscription=topology.claims, ack_ids=mine, ack_deadline_seconds=0
+        )
+    finally:
+        backend.close()
