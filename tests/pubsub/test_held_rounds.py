@@ -24,7 +24,7 @@ from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.claims import ATTR_SHARD, Claim
 from pullqueue.adapters.pubsub.layout import shard_of
-from tests.pubsub.conftest import backend_on, raw_pull, tags_on_shard_of
+from tests.pubsub.conftest import backend_on, raw_pull
 from tests.support.realpubsub import Knobs, RealisticPubSub
 
 RTT = 0.03
@@ -82,27 +82,6 @@ def test_parts_held_empty_are_not_waited_for_and_bring_what_comes_later(
         brought = [item for items in late if items for item in items]
         assert [item.message.data for item in brought] == [b"late"]
         backend.rpc.modify(source, [item.ack_id for item in brought], 0, queue="parts")
-    finally:
-        backend.close()
-
-
-def test_a_first_look_by_oldest_tag_is_not_held_by_empty_subscriptions(
-    held: RealisticPubSub,
-) -> None:
-    """Before: the first lease of a process waited for the probes of every empty subscription
-    (the worker one, 15 empty shards) for the pull wait: 1.1-1.3 s."""
-    backend = _backend(held, "first")
-    try:
-        queue = Queue("first", backend)
-        tag = tags_on_shard_of("first-0", 1)[0]
-        queue.add([Task(b"f", tag=tag) for _ in range(5)])
-        time.sleep(0.2)
-        began = time.monotonic()
-        leased = queue.lease(60, 100, group_by_tag=True)
-        took = time.monotonic() - began
-        assert [t.tag for t in leased] == [tag] * 5
-        assert took < 0.8, took
-        queue.delete(leased)
     finally:
         backend.close()
 

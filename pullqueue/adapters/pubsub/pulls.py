@@ -1073,7 +1073,10 @@ class PullRounds:
         # empty answer comes first (the emulator answers them at once; Pub/Sub holds them the
         # pull wait, which a process's first lease by oldest tag waited for: 1.05 of its 1.1-1.3
         # s at 30 ms round trips, every other thread of the process waiting on it meanwhile).
-        unknown = self.rpc.holds_empty_pulls is None
+        # Switched off: the probes such a cut left running caught tasks added a moment later,
+        # and with answers slow on a loaded machine, one ran past its deadline and dropped
+        # them (hidden until their ack deadline; test_pull_paths' drain-answer test, 1 in 4).
+        unknown = False
         found, _ = self._pull_each(
             queue,
             topology,
