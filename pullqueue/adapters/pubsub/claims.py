@@ -299,19 +299,27 @@ class ShardClaims:
         """Give ack_ids back in the background (a warning if that fails: they come back at their
         ack deadline)."""
 
-        def sent(future: Future[set[str]]) -> None:
-            if future.exception() is not None:
-                log.warning(
-                    "queue %r: could not give back %d claim message(s) (%s); they come back at"
-                    " their ack deadline",
-                    queue,
-                    len(ack_ids),
-                    future.exception(),
-                )
+        def failed(exc: BaseException) -> None:
+            log.warning(
+                "queue %r: could not give back %d claim message(s) (%s); they come back at"
+                " their ack deadline",
+                queue,
+                len(ack_ids),
+                exc,
+            )
 
-        self.rpc.start(
-            functools.partial(self.rpc.modify, subscription, ack_ids, 0, queue=queue)
-        ).add_done_callback(sent)
+        def sent(future: Future[set[str]]) -> None:
+            if (exc := future.exception()) is not None:
+                failed(exc)
+
+        try:
+            future = self.rpc.start(
+                functools.partial(self.rpc.modify, subscription, ack_ids, 0, queue=queue)
+            )
+        except RuntimeError as exc:  # the pool shut down: the backend is closing
+            failed(exc)
+            return
+        future.add_done_callback(sent)
 
     def _known(self, queue: str) -> bool:
         """True once this process has seen a token or the census of the queue."""
@@ -350,21 +358,8 @@ class ShardClaims:
 
     def _give_back_late(self, queue: str, subscription: str, future: Future[list[Any]]) -> None:
         """Give back what a claims pull brought after its wait (see _pull)."""
-        if future.exception() is not None:
-            return
-        late = [item.ack_id for item in future.result()]
-        if not late:
-            return
-        try:
-            self.rpc.modify(subscription, late, 0, queue=queue)
-        except Error as exc:
-            log.warning(
-                "queue %r: could not give back %d shard tokens a pull brought late (%s);"
-                " they come back at their ack deadline",
-                queue,
-                len(late),
-                exc,
-            )
+        if future.exception() is None and (late := [item.ack_id for item in future.result()]):
+            self._send_back(queue, subscription, late)
 
     def holding(self, queue: str) -> set[int]:
         with self._lock:

@@ -71,10 +71,6 @@ WATCH_LEASES = 1
 """Leases a watch (see PullRounds._watch) must have stood in for during its pull for it to be
 left running again when that pull ends empty: one watch a subscription while leases come, none
 once they stop."""
-FIRST_LOOK_LATE = (4.0, 0.25)
-"""(share, least): a first look's probes that brought nothing yet are waited for this share of
-the time the first that brought tasks took, and at least this many seconds more, before the
-round ends without them (unless an empty answer came: see PullRounds._probe)."""
 PART_SETTLE = 0.05
 """Least seconds the parts of a pull split into parts are waited for after one brought messages,
 where empty pulls are held (more where answers take longer: a recent answer's time)."""
@@ -841,11 +837,7 @@ class PullRounds:
         finally:
             with self._flight_lock:
                 used = self._watches.pop(source, 0)
-                self._in_flight[source] -= 1
-                if not self._in_flight[source]:
-                    del self._in_flight[source]
-                    del self._flight_began[source]
-                self._flight_lock.notify_all()
+                self._flight_ended(source)
         return not result and not failed and used >= WATCH_LEASES
 
     def _gather(
@@ -1069,14 +1061,12 @@ class PullRounds:
         # lease (settle_flights). Where they answer at once (the emulator) every probe is
         # waited for: no head is missed when the oldest is chosen.
         held_empty = self.rpc.holds_empty_pulls is True
-        # Before any pull told whether empty pulls are held, the round is cut too, unless an
-        # empty answer comes first (the emulator answers them at once; Pub/Sub holds them the
-        # pull wait, which a process's first lease by oldest tag waited for: 1.05 of its 1.1-1.3
-        # s at 30 ms round trips, every other thread of the process waiting on it meanwhile).
-        # Switched off: the probes such a cut left running caught tasks added a moment later,
-        # and with answers slow on a loaded machine, one ran past its deadline and dropped
-        # them (hidden until their ack deadline; test_pull_paths' drain-answer test, 1 in 4).
-        unknown = False
+        # Before any pull told whether empty pulls are held, every probe is waited for: on
+        # Pub/Sub a process's first lease by oldest tag waits the pull wait (1.05 of its 1.1-1.3
+        # s at 30 ms round trips). A round cut after the first answers was tried and taken out:
+        # the probes it left running caught tasks added a moment later, and with answers slow on
+        # a loaded machine one ran past its deadline and dropped them (hidden until their ack
+        # deadline; test_pull_paths' drain-answer test, 1 in 4; docs/pubsub.md).
         found, _ = self._pull_each(
             queue,
             topology,
@@ -1086,12 +1076,11 @@ class PullRounds:
             # With a task in hand or a head remembered, a probe only has to find an older one:
             # it waits on an empty subscription as a call with tasks does, not the pull wait.
             patient=not hand and not remembered,
-            spread=held_empty or unknown,
-            cut=held_empty or unknown,
+            spread=held_empty,
+            cut=held_empty,
             grace=True,
             join=True,
             landed=True,
-            first=unknown,
         )
         held_for = time.monotonic() - began
         if (
@@ -1124,7 +1113,6 @@ class PullRounds:
         landed: bool = False,
         glance: Collection[str] = (),
         split: bool = True,
-        first: bool = False,
         settle: bool = False,
     ) -> tuple[list[Delivery], list[str]]:
         """Pull up to `size` (of each, when a mapping) from each source, side by side (an empty
@@ -1143,10 +1131,7 @@ class PullRounds:
         but joined (_join), so the round sees what that pull brings; with `landed` (probes
         and drains, whose caller took every task in hand) also one whose tasks are in the hand.
         The sources of `glance` are pulled with `immediately` (never joined), and one that
-        brings nothing is not marked found empty (only a held pull finds that). `first` (a cut
-        round before it is known whether empty pulls are held): an empty answer come before
-        the round ended shows they are answered at once, and every pull is waited for; else
-        the round ends FIRST_LOOK_LATE after the first that brought tasks (see _probe).
+        brings nothing is not marked found empty (only a held pull finds that).
         `settle` (a drain's pulls): a pull split into parts does not wait for parts held empty
         (see _pull).
         """
@@ -1238,11 +1223,7 @@ class PullRounds:
                     held.mark_empty(sources[i])
             finally:
                 with self._flight_lock:
-                    self._in_flight[sources[i]] -= 1
-                    if not self._in_flight[sources[i]]:
-                        del self._in_flight[sources[i]]
-                        del self._flight_began[sources[i]]
-                    self._flight_lock.notify_all()
+                    self._flight_ended(sources[i])
 
         useful: Callable[[list[Delivery] | Error | Pending | None], bool] = (
             # `any_answer`: a round ends once a subscription answered with messages, even none
@@ -1258,8 +1239,6 @@ class PullRounds:
                 late,
                 pending_hook=flying,
                 give_up=self._next_wait() if extra else None,
-                answered_at_once=(lambda r: r is None) if first else None,
-                after=FIRST_LOOK_LATE if first else (0.0, 0.0),
             )
             if spread and (cut or extra)
             else self.rpc.run_each(calls)
@@ -1491,11 +1470,15 @@ class PullRounds:
                 self._held_parts[source] -= 1
                 if not self._held_parts[source]:
                     del self._held_parts[source]
-                self._in_flight[source] -= 1
-                if not self._in_flight[source]:
-                    del self._in_flight[source]
-                    del self._flight_began[source]
-                self._flight_lock.notify_all()
+                self._flight_ended(source)
+
+    def _flight_ended(self, source: str) -> None:
+        """One pull left running on `source` ended (the flight lock held): waiters are told."""
+        self._in_flight[source] -= 1
+        if not self._in_flight[source]:
+            del self._in_flight[source]
+            del self._flight_began[source]
+        self._flight_lock.notify_all()
 
     def _sort_out(
         self,

@@ -439,8 +439,6 @@ class PubSubRpc:
         *,
         give_up: float | None = None,
         pending_hook: Callable[[int], None] | None = None,
-        answered_at_once: Callable[[T], bool] | None = None,
-        after: tuple[float, float] = (0.0, 0.0),
     ) -> list[T | Error | Pending]:
         """Run the calls side by side until one's result is `useful`; then wait for the others
         no longer than that one took (LATE_SHARE of it, at least LATE_LEAST s). Each one's
@@ -451,11 +449,6 @@ class PubSubRpc:
 
         On Pub/Sub an empty pull is held until its deadline: a lease that has tasks to answer
         with does not wait for the pulls of empty subscriptions beside them.
-
-        `answered_at_once` (a round run before it is known whether empty pulls are held): a
-        result it accepts (an empty answer, come before the others ended) shows that the server
-        answers empty pulls at once (the emulator): every call is then waited for, none cut.
-        `after` = (share, least) replaces (LATE_SHARE, LATE_LEAST) when given.
         """
         if len(calls) == 1 and give_up is None:
             return list(self.run_each(calls))
@@ -464,25 +457,18 @@ class PubSubRpc:
         index = {future: i for i, future in enumerate(futures)}
         pending = set(futures)
         until: float | None = None if give_up is None else began + give_up
-        share, least = after if after != (0.0, 0.0) else (LATE_SHARE, LATE_LEAST)
-        answered = every = False
+        answered = False
         while pending:
             timeout = None if until is None else max(until - time.monotonic(), 0.0)
             done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
             if not done:
                 break
-            if answered_at_once is not None and any(
-                future.exception() is None and answered_at_once(future.result()) for future in done
-            ):
-                every, until = True, None
-            if (
-                not answered
-                and not every
-                and any(future.exception() is None and useful(future.result()) for future in done)
+            if not answered and any(
+                future.exception() is None and useful(future.result()) for future in done
             ):
                 answered = True
                 took = time.monotonic() - began
-                until = time.monotonic() + max(took * share, least)
+                until = time.monotonic() + max(took * LATE_SHARE, LATE_LEAST)
         results: list[T | Error | Pending] = []
         for future in futures:
             if future in pending:
