@@ -13,8 +13,10 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import replace
 
+from pullqueue.adapters.pubsub.deadlines import DeadlineChanges
 from pullqueue.adapters.pubsub.hand import Hand
 from pullqueue.adapters.pubsub.leases import Lease, LeaseBook
 from pullqueue.adapters.pubsub.provision import QueueTopology
@@ -49,6 +51,7 @@ class AckRounds:
         hand: Callable[[str], Hand],
         names: NameRegistry | None,
         poke: Callable[[], None],
+        changes: DeadlineChanges | None = None,
     ) -> None:
         self.settings = settings
         self.rpc = rpc
@@ -56,6 +59,9 @@ class AckRounds:
         self._hand = hand
         self.names = names
         self._poke = poke
+        self.changes = changes or DeadlineChanges()
+        """Deadline changes sent without waiting (a lease's shortened deadline, the hand's
+        held tasks set ahead): what a later change of the same delivery waits for."""
 
     def _one_per_name(
         self, queue: str, topology: QueueTopology, picked: list[Delivery]
@@ -79,7 +85,13 @@ class AckRounds:
     def grant(
         self, queue: str, topology: QueueTopology, picked: list[Delivery], lease_seconds: float
     ) -> list[Task]:
-        """Set the picked deliveries' ack deadlines to the lease and record the leases."""
+        """Set the picked deliveries' ack deadlines to the lease and record the leases.
+
+        A delivery whose deadline (set by its pull, or ahead by the hand: Hand.set_ahead) runs
+        past the lease's end is leased at once: its deadline is shortened to the lease's in the
+        background (_shorten), not in a round trip before the answer. Until that lands the task
+        stays hidden to its earlier deadline, never less than the lease, so it cannot be leased
+        twice; a change of that lease waits for it (modify_task_lease, deadlines.py)."""
         picked = self._drop_deleted(queue, picked)
         if not picked:
             return []
@@ -97,11 +109,14 @@ class AckRounds:
         # modifyAckDeadline: its lease ends at that deadline.
         as_pulled: dict[str, float] = {}
         by_source: dict[str, list[str]] = defaultdict(list)
+        later: dict[str, list[str]] = defaultdict(list)
         for delivery in picked:
             deadline = topology.ack_deadlines.get(delivery.subscription)
             pulled_end = delivery.pulled_at + deadline if deadline is not None else -1.0
             if expires - SAME_DEADLINE <= pulled_end <= expires:
                 as_pulled[delivery.ack_id] = pulled_end
+            elif pulled_end > expires and lease_seconds <= MAX_ACK_DEADLINE:
+                later[delivery.subscription].append(delivery.ack_id)
             else:
                 by_source[delivery.subscription].append(delivery.ack_id)
         stale: set[str] = set()
@@ -118,13 +133,19 @@ class AckRounds:
                 raise answer
             stale |= answer
         leases = []
+        shortened = {ack_id for ack_ids in later.values() for ack_id in ack_ids}
         for delivery in picked:
             end = as_pulled.get(delivery.ack_id)
             if end is not None:
                 leases.append(Lease(queue, delivery, expires=end, held_until=end))
+            elif delivery.ack_id in shortened:
+                # Pub/Sub holds it at least until the lease ends, before and after _shorten.
+                leases.append(Lease(queue, delivery, expires=expires, held_until=expires))
             elif delivery.ack_id not in stale:
                 leases.append(Lease(queue, delivery, expires=expires, held_until=now + seconds))
         self._book.add(leases)
+        for source, ack_ids in later.items():
+            self._shorten(queue, source, ack_ids, seconds)
         if lease_seconds > MAX_ACK_DEADLINE:
             self._poke()
         counts = self._book.retry_counts([lease.delivery for lease in leases])
@@ -140,6 +161,71 @@ class AckRounds:
             )
             for lease, count in zip(leases, counts, strict=True)
         ]
+
+    def _shorten(self, queue: str, source: str, ack_ids: list[str], seconds: int) -> None:
+        """Set leased deliveries' deadlines (running past their lease's end) to the lease's, in
+        the background: counted in flight (self.changes) until the answer came."""
+        call = functools.partial(self.rpc.modify, source, ack_ids, seconds, queue=queue)
+        try:
+            future = self.rpc.start(call)
+        except RuntimeError:  # the pool shut down: the backend is closing
+            return
+        self.changes.track(ack_ids, future)
+        future.add_done_callback(
+            functools.partial(self._shortened, queue, source, ack_ids, seconds)
+        )
+
+    def _shortened(
+        self, queue: str, source: str, ack_ids: list[str], seconds: int, future: Future[set[str]]
+    ) -> None:
+        """A shortening's answer. A lease whose delivery Pub/Sub no longer holds is lost (its
+        holder hears it at its delete or modify). A refused or failed one (Pub/Sub refuses the
+        whole request when one of its deliveries was acked meanwhile: the holder deleted it) is
+        sent again once for the leases still held and unchanged; one still not shortened
+        returns to the queue at its earlier deadline if neither deleted nor changed (later,
+        never sooner, than its lease's end)."""
+        failure = future.exception()
+        stale = set() if failure is not None else future.result()
+        if failure is None and not stale:
+            return
+        for lease in self._book.by_ack_ids(sorted(stale)):
+            lease.lost = True
+            log.warning(
+                "queue %r, task %r: Pub/Sub no longer held the task when its lease's deadline"
+                " was set; the holder will get TaskLeaseExpiredError",
+                queue,
+                lease.delivery.name,
+            )
+        if failure is None:
+            return
+        # A lease locked now is being deleted or changed, which settles its deadline (an ack, or
+        # a change sent after this answer: modify_lease waits for it); the others are sent
+        # again under their locks, so no change of them goes before. Never waited for: this
+        # runs in a thread of the pool the deletes' calls need.
+        leases = [
+            lease for lease in self._book.by_ack_ids(ack_ids) if lease.lock.acquire(blocking=False)
+        ]
+        try:
+            again = [lease.ack_id for lease in leases if self._book.holds(lease) and not lease.lost]
+            if not again:
+                return
+            try:
+                for lease in self._book.by_ack_ids(
+                    self.rpc.modify(source, again, seconds, queue=queue)
+                ):
+                    lease.lost = True
+            except Error as exc:
+                log.warning(
+                    "queue %r: could not set %d leases' deadlines to their end (%s); a task"
+                    " neither deleted nor changed returns to the queue at its earlier deadline"
+                    " (after its lease's end, at most the hold time plus the lease's seconds)",
+                    queue,
+                    len(again),
+                    exc,
+                )
+        finally:
+            for lease in leases:
+                lease.lock.release()
 
     def early_grant(
         self, queue: str, topology: QueueTopology, lease_seconds: float

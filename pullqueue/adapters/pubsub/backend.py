@@ -18,6 +18,7 @@ from urllib.parse import SplitResult
 
 from pullqueue.adapters.pubsub.acks import AckRounds
 from pullqueue.adapters.pubsub.claims import ShardClaims
+from pullqueue.adapters.pubsub.deadlines import DeadlineChanges
 from pullqueue.adapters.pubsub.duplicates import check_named, no_registry_error
 from pullqueue.adapters.pubsub.hand import Hand
 from pullqueue.adapters.pubsub.inventory import provisioned_queues
@@ -37,6 +38,7 @@ from pullqueue.config import Settings
 from pullqueue.dedupe.base import NameRegistry
 from pullqueue.errors import (
     ConfigurationError,
+    DeadlineExceededError,
     Error,
     TaskLeaseExpiredError,
     TombstonedTaskError,
@@ -103,7 +105,13 @@ class PubSubBackend:
         self._book = LeaseBook()
         self._republisher = Republisher(self.rpc, self._book)
         self._acks = AckRounds(
-            settings, self.rpc, self._book, self._hand, names, lambda: self._keeper.poke()
+            settings,
+            self.rpc,
+            self._book,
+            self._hand,
+            names,
+            lambda: self._keeper.poke(),
+            DeadlineChanges(),
         )
         """The lease's ack and modify rounds (pubsub/acks.py): grant, renewals, deletes' acks."""
         self._keeper = LeaseKeeper(
@@ -173,6 +181,7 @@ class PubSubBackend:
                     claims=self._claims,
                     republisher=self._republisher,
                     poke=self._keeper.poke,
+                    changes=self._acks.changes,
                 )
                 self._topologies[queue] = found
             return found
@@ -298,10 +307,15 @@ class PubSubBackend:
         if group_by_tag and tag is None and not picked:
             picked = self._pulls.await_claimants(queue, topology, max_tasks, end)
         try:
-            return self._acks.grant(queue, topology, picked, lease_seconds)
+            tasks = self._acks.grant(queue, topology, picked, lease_seconds)
         finally:
             # The shard tokens the lease gave back beside its grant (pubsub/hand.py).
             self._hand(queue).settle_releases()
+        if group_by_tag:
+            # The next leases by tag of the tasks left in hand need no round trip for their
+            # deadline (pubsub/hand.py).
+            self._hand(queue).set_ahead(lease_seconds)
+        return tasks
 
     def set_paused(self, queue: str, paused: bool) -> None:
         """Pause or resume the queue: its marker topic (pubsub/pause.py)."""
@@ -327,6 +341,15 @@ class PubSubBackend:
     def modify_lease(self, queue: str, task: Task, lease_seconds: float) -> None:
         lease = self._current(queue, task)
         with lease.lock:
+            self._check_current(lease, task, time.time())
+            # A deadline change of this delivery still on its way (the lease's, sent after its
+            # answer) must not land after this one (pubsub/deadlines.py).
+            if not self._acks.changes.wait([lease.ack_id], self.rpc.timeout):
+                raise DeadlineExceededError(
+                    "the lease's deadline is still being set on Pub/Sub; retry the change",
+                    queue=queue,
+                    task=task.name,
+                )
             now = time.time()
             self._check_current(lease, task, now)
             seconds = self._acks.deadline_for(lease_seconds)

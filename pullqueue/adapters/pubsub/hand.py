@@ -19,10 +19,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from pullqueue.adapters.pubsub.claims import Claim, Grab, ShardClaims
+from pullqueue.adapters.pubsub.deadlines import DeadlineChanges
 from pullqueue.adapters.pubsub.leases import LeaseBook
 from pullqueue.adapters.pubsub.provision import QueueTopology
 from pullqueue.adapters.pubsub.republish import Republisher
-from pullqueue.adapters.pubsub.rpc import PubSubRpc
+from pullqueue.adapters.pubsub.rpc import MAX_ACK_DEADLINE, PubSubRpc
 from pullqueue.adapters.pubsub.turns import Turns
 from pullqueue.adapters.pubsub.wire import Delivery, by_subscription, fewest_sources
 from pullqueue.config import Settings
@@ -59,6 +60,10 @@ that ran out) would otherwise wait for a later call."""
 SETTLE_WAIT = 1.0
 """Seconds the keeper waits for a lease call serving the hand before it settles the hand later."""
 
+AHEAD_MOST = 2
+"""Most times its subscription's ack deadline a held task's deadline is set to ahead of the
+leases that will take it (Hand.set_ahead): a process that dies leaves them out at most that long."""
+
 Wanted = Callable[[Delivery], bool]
 
 
@@ -91,6 +96,7 @@ class Hand:
         claims: ShardClaims,
         republisher: Republisher,
         poke: Callable[[], None],
+        changes: DeadlineChanges | None = None,
     ) -> None:
         self.queue = queue
         self.topology = topology
@@ -100,6 +106,7 @@ class Hand:
         self._claims = claims
         self._republisher = republisher
         self._poke = poke
+        self._changes = changes or DeadlineChanges()
         self._turns = Turns()
         self._lock = threading.Lock()
         self._held: OrderedDict[str, _Held] = OrderedDict()
@@ -287,6 +294,67 @@ class Hand:
         """Seconds a delivery stays in hand after its pull (or its deadline's last extension)."""
         return min(self.settings.pubsub_hold_seconds, self.topology.ack_deadline / 2)
 
+    def set_ahead(self, lease_seconds: float) -> None:
+        """Set the deadlines of the held tasks of the shards this process serves (their token
+        held, or drained finding none) to `lease_seconds` plus the hold time, in the background,
+        where their deadline would not outlast a lease of that length begun within half the
+        hold time: the next leases by tag of them (workers lease for one length) are answered
+        without a round trip for their deadline, which is only shortened after the answer
+        (acks.grant). Not past AHEAD_MOST times the subscription's ack deadline (nor 600 s):
+        that long at most, a dead process's held tasks stay out of the queue. A held task's
+        pull time is moved once the change is answered, so its deadline reads as set."""
+        topology = self.topology
+        if not topology.ack_deadlines or lease_seconds <= 0:
+            return
+        hold = self.hold_for()
+        seconds = math.ceil(lease_seconds + hold)
+        mine = {topology.shards[k] for k in self._claims.holding(self.queue)}
+        now = time.time()
+        due: dict[str, list[str]] = {}
+        with self._lock:
+            if self._closed:
+                return
+            mine |= self._unclaimed
+            for held in self._held.values():
+                delivery = held.delivery
+                deadline = topology.ack_deadlines.get(delivery.subscription)
+                if (
+                    delivery.subscription in mine
+                    and deadline is not None
+                    and seconds <= min(AHEAD_MOST * deadline, MAX_ACK_DEADLINE)
+                    and delivery.pulled_at + deadline < now + lease_seconds + hold / 2
+                    and not self._changes.in_flight(delivery.ack_id)
+                ):
+                    due.setdefault(delivery.subscription, []).append(delivery.ack_id)
+        for source, ack_ids in due.items():
+            at = time.time()
+            call = functools.partial(self.rpc.modify, source, ack_ids, seconds, queue=self.queue)
+            try:
+                future = self.rpc.start(call)
+            except RuntimeError:  # the pool shut down: the backend is closing
+                return
+            self._changes.track(ack_ids, future)
+            future.add_done_callback(
+                functools.partial(self._set_ahead, source, ack_ids, at + seconds)
+            )
+
+    def _set_ahead(
+        self, source: str, ack_ids: list[str], until: float, future: Future[set[str]]
+    ) -> None:
+        """A set_ahead change was answered: the held tasks it set read as held `until`."""
+        if future.exception() is not None:
+            return  # Their deadlines stay as they were; the leases set them as before.
+        stale = future.result()
+        deadline = self.topology.ack_deadlines.get(source)
+        if deadline is None:
+            return
+        moved = until - deadline
+        with self._lock:
+            for ack_id in ack_ids:
+                held = self._held.get(ack_id)
+                if held is not None and ack_id not in stale and held.delivery.pulled_at < moved:
+                    held.delivery = replace(held.delivery, pulled_at=moved)
+
     # Marks: what probes leave out, and what a drain can skip
 
     def marked(self, source: str, now: float) -> bool:
@@ -365,6 +433,15 @@ class Hand:
             mine = [d for d in hand if d.subscription == source]
             count, size = self._whole.get(source, (0, 0))
             self._whole[source] = (max(count, len(mine)), max(size, sum(d.size for d in mine)))
+
+    def drain_size(self) -> tuple[int, int] | None:
+        """The most tasks and bytes any subscription of the queue filled the hand with when
+        drained to empty; None before one was."""
+        with self._lock:
+            sizes = list(self._whole.values())
+        if not sizes:
+            return None
+        return max(c for c, _ in sizes), max(b for _, b in sizes)
 
     def no_room_for(self, source: str, hand: list[Delivery], partial: set[str]) -> bool:
         """True when the hand lacks the room a drain of `source` is expected to need (the most
@@ -475,6 +552,15 @@ class Hand:
         for k in range(len(shards)):
             if k not in grab.unseen:
                 self._claimed.pop(shards[k], None)
+
+    def tokens_to_spare(self) -> bool:
+        """True while this process's last look at the claims subscription saw at least half
+        the queue's shards not held by other processes, counting two more as this one's: it may
+        hold one more shard's token than it needs (a drain beside a drain) without keeping
+        other processes off shards they would serve meanwhile."""
+        with self._lock:
+            elsewhere = len(self._unseen)
+        return elsewhere + 2 <= len(self.topology.shards) // 2
 
     def claimed_elsewhere(self) -> bool:
         """True while another live process is taken to serve tasks this process cannot: it
@@ -722,6 +808,8 @@ class Hand:
             back += self._republisher.renew(self.queue, self.topology, renew)
         by_source = by_subscription(back)
         self.unmark(by_source)
+        # A deadline set ahead and answered after the give-back would hide the task again.
+        self._changes.wait([d.ack_id for d in back], self.rpc.timeout)
         # Every subscription's side by side: one round trip, not one per subscription (a lease
         # by oldest tag giving back the heads its probes took of a dozen shards made a dozen
         # calls one after another, 380 of its 730 ms at 30 ms round trips).

@@ -125,6 +125,11 @@ class LeaseBook:
         if not ack_ids:
             self._by_name.pop(key, None)
 
+    def by_ack_ids(self, ack_ids: Iterable[str]) -> list[Lease]:
+        """The leases in the book of these ack ids."""
+        with self._lock:
+            return [self._leases[a] for a in ack_ids if a in self._leases]
+
     def holds(self, lease: Lease) -> bool:
         """True while the lease is in the book (not deleted, released or forgotten)."""
         with self._lock:

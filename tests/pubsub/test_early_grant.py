@@ -1,0 +1,178 @@
+"""Leases by tag from the hand answered without a round trip for their deadline, and drains of
+two shards side by side, through the realistic layer (30 ms round trips, partial pulls, filters,
+empty pulls held).
+
+A lease's grant set each task's ack deadline to the lease's before answering: one round trip in
+every lease served from the hand (40 of a 45 ms lease at 30 ms). The hand now sets its held
+tasks' deadlines ahead (the lease's seconds plus the hold time, in the background), and a lease
+whose tasks' deadline already runs past its end is answered at once, the deadline shortened to
+the lease's after the answer. These tests hold that the answer waits for no deadline change,
+that the shortening lands (a task neither deleted nor changed comes back at its lease's end, not
+at the deadline set ahead), that a modify_task_lease is never overtaken by it, and that a lease
+that drains a shard drains the next oldest head's shard beside it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pullqueue import Queue, Task
+from pullqueue.adapters.pubsub import PubSubBackend
+from pullqueue.adapters.pubsub.layout import shard_of
+from tests.pubsub.conftest import backend_behind, service_layer, tags_on_shard_of
+from tests.support.realpubsub import RealisticPubSub
+
+RTT = 0.03
+
+
+@pytest.fixture
+def layer(emulator: str) -> Iterator[RealisticPubSub]:
+    yield from service_layer(emulator, RTT)
+
+
+@pytest.fixture
+def backend(layer: RealisticPubSub) -> Iterator[PubSubBackend]:
+    yield from backend_behind(layer, "early")
+
+
+def _add_in_order(queue: Queue, tags: list[str], per_tag: int) -> None:
+    """per_tag tasks of each tag, the tags oldest first."""
+    for tag in tags:
+        queue.add([Task(b"e", tag=tag) for _ in range(per_tag)])
+        time.sleep(0.02)
+    time.sleep(0.3)
+
+
+def _stocked(queue: Queue, backend: PubSubBackend, lease_seconds: float) -> list[str]:
+    """Six tags of one shard, five tasks each; the first lease drains the shard (every tag in
+    hand) and is deleted; then the hand's deadlines are set ahead. The other five tags."""
+    tags = tags_on_shard_of(f"{queue.name}-0", 6)
+    _add_in_order(queue, tags, 5)
+    first = queue.lease(lease_seconds, 100, group_by_tag=True)
+    assert [t.tag for t in first] == [tags[0]] * 5
+    queue.delete(first)
+    # The first look's probes end at the pull wait (the process then knows the server holds
+    # empty pulls); the deadlines set ahead are answered well within it.
+    time.sleep(1.5)
+    assert backend.rpc.holds_empty_pulls is True
+    return tags[1:]
+
+
+def _changes_waited_for(calls: Any, began: float, ended: float) -> int:
+    """ModifyAckDeadline calls begun and answered within [began, ended]: waited for."""
+    return sum(1 for c in calls.of("ModifyAckDeadline") if c.start >= began and c.end <= ended)
+
+
+def test_a_lease_from_the_hand_waits_for_no_deadline_change(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """Before: each lease from the stocked hand waited for its grant's ModifyAckDeadline
+    ([1, 1, 1, 1]). Now none is waited for: the deadline set ahead covers the lease."""
+    queue = Queue("ahead", backend)
+    tags = _stocked(queue, backend, 60)
+    waited = []
+    for tag in tags[:4]:
+        with layer.counting() as calls:
+            began = time.monotonic()
+            leased = queue.lease(60, 100, group_by_tag=True)
+            ended = time.monotonic()
+        assert [t.tag for t in leased] == [tag] * 5
+        assert all(abs(t.eta_posix - (time.time() + 60)) < 2 for t in leased)
+        queue.delete(leased)
+        waited.append(_changes_waited_for(calls, began, ended))
+    assert waited == [0, 0, 0, 0], waited
+
+
+def test_a_task_neither_deleted_nor_changed_comes_back_at_its_lease_end(
+    backend: PubSubBackend,
+) -> None:
+    """The deadline set ahead is 2 + 30 s here; the lease's is shortened to its 2 s after the
+    answer. Were it not, the tasks would stay hidden half a minute."""
+    queue = Queue("shortened", backend)
+    tag = _stocked(queue, backend, 2)[0]
+    leased = queue.lease(2, 100, group_by_tag=True)
+    assert [t.tag for t in leased] == [tag] * 5
+    time.sleep(2.2)
+    again: list[Task] = []
+    give_up = time.monotonic() + 8
+    while len(again) < 5 and time.monotonic() < give_up:
+        again += queue.lease(60, 100, tag=tag, group_by_tag=True)
+    assert sorted(t.name for t in again) == sorted(t.name for t in leased)
+    assert {t.retry_count for t in again} == {2}
+    queue.delete(again)
+
+
+def test_a_lease_change_waits_for_the_shortening_sent_before_it(
+    backend: PubSubBackend,
+) -> None:
+    """A modify_task_lease sent while the lease's shortening is on its way would be overwritten
+    by it, landing after: the lease would end at 2 s though extended to 60, and the task could
+    be leased twice. The shortening is held back here until the change was asked for: the
+    change is sent only after it."""
+    queue = Queue("ordered", backend)
+    tag = _stocked(queue, backend, 2)[0]
+    rpc = backend.rpc
+    real = rpc.modify
+    gate = threading.Event()
+    order: list[int] = []
+
+    def modify(subscription: str, ack_ids: Any, seconds: int, *, queue: str) -> set[str]:
+        if seconds == 2:  # the lease's shortening
+            gate.wait(10)
+        order.append(seconds)
+        return real(subscription, ack_ids, seconds, queue=queue)
+
+    rpc.modify = modify  # type: ignore[method-assign]
+    try:
+        leased = queue.lease(2, 100, group_by_tag=True)
+        assert [t.tag for t in leased] == [tag] * 5
+        changed = threading.Thread(target=queue.modify_lease, args=(leased[0], 60))
+        changed.start()
+        time.sleep(0.3)
+        assert changed.is_alive() and 60 not in order, order
+        gate.set()
+        changed.join(10)
+        assert order[-2:] == [2, 60], order
+    finally:
+        gate.set()
+        rpc.modify = real  # type: ignore[method-assign]
+    time.sleep(2.5)
+    # The extended task is still leased; the other four came back at their lease's end.
+    again: list[Task] = []
+    give_up = time.monotonic() + 6
+    while len(again) < 4 and time.monotonic() < give_up:
+        again += queue.lease(60, 100, tag=tag, group_by_tag=True)
+    assert sorted(t.name for t in again) == sorted(t.name for t in leased[1:])
+    queue.delete([leased[0], *again])
+
+
+def test_a_drain_takes_the_next_oldest_shard_beside_it(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """Shards A, B and C, two tags each, oldest first. The lease that drains B (its oldest task
+    the oldest left) drains C beside it: C's tags are in hand after it, and every tag is leased
+    whole in the order of its oldest task."""
+    queue = Queue("beside", backend)
+    by_shard: dict[int, list[str]] = {}
+    for i in range(10_000):
+        by_shard.setdefault(shard_of(f"t-{i}"), []).append(f"t-{i}")
+    a, b, c = (by_shard[k][:2] for k in sorted(by_shard)[:3])
+    _add_in_order(queue, [*a, *b, *c], 5)
+    leased = [queue.lease(60, 100, group_by_tag=True)]
+    time.sleep(1.5)  # as in _stocked: the process knows the server holds empty pulls
+    assert backend.rpc.holds_empty_pulls is True
+    topology = backend.topology("beside")
+    hand = backend._hand("beside")
+    for _ in range(2):
+        leased.append(queue.lease(60, 100, group_by_tag=True))
+    assert topology.shards[shard_of(c[0])] in hand.sources()
+    for _ in range(3):
+        leased.append(queue.lease(60, 100, group_by_tag=True))
+    assert [[t.tag for t in batch] for batch in leased] == [[tag] * 5 for tag in [*a, *b, *c]]
+    for batch in leased:
+        queue.delete(batch)
