@@ -188,25 +188,26 @@ class AckRounds:
         stale = set() if failure is not None else future.result()
         if failure is None and not stale:
             return
-        for lease in self._book.by_ack_ids(sorted(stale)):
-            lease.lost = True
-            log.warning(
-                "queue %r, task %r: Pub/Sub no longer held the task when its lease's deadline"
-                " was set; the holder will get TaskLeaseExpiredError",
-                queue,
-                lease.delivery.name,
-            )
-        if failure is None:
-            return
-        # A lease locked now is being deleted or changed, which settles its deadline (an ack, or
-        # a change sent after this answer: modify_lease waits for it); the others are sent
-        # again under their locks, so no change of them goes before. Never waited for: this
-        # runs in a thread of the pool the deletes' calls need.
-        leases = [
+        # A lease locked now is being deleted or changed, which settles its deadline (an ack that
+        # went first is why Pub/Sub refused it; a change is sent after this answer, modify_lease
+        # waits for it). The others are lost when Pub/Sub no longer held them, or sent again
+        # under their locks, so no change of them goes before. Never waited for: this runs in a
+        # thread of the pool the deletes' calls need.
+        locked = [
             lease for lease in self._book.by_ack_ids(ack_ids) if lease.lock.acquire(blocking=False)
         ]
         try:
-            again = [lease.ack_id for lease in leases if self._book.holds(lease) and not lease.lost]
+            leases = [lease for lease in locked if self._book.holds(lease) and not lease.lost]
+            for lease in leases:
+                if lease.ack_id in stale:
+                    lease.lost = True
+                    log.warning(
+                        "queue %r, task %r: Pub/Sub no longer held the task when its lease's"
+                        " deadline was set; the holder will get TaskLeaseExpiredError",
+                        queue,
+                        lease.delivery.name,
+                    )
+            again = [lease.ack_id for lease in leases if failure is not None]
             if not again:
                 return
             try:
@@ -224,7 +225,7 @@ class AckRounds:
                     exc,
                 )
         finally:
-            for lease in leases:
+            for lease in locked:
                 lease.lock.release()
 
     def early_grant(
