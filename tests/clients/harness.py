@@ -90,6 +90,8 @@ class Run:
     """Seconds the scenario has advanced the run: the same on every backend."""
     calls: list[Call] = field(default_factory=list)
     logs: list[tuple[str, str]] = field(default_factory=list)
+    checking: float = 0.0
+    """Seconds the scenario spent checking what the client left (not the client's time)."""
 
     def advance(self, seconds: float) -> None:
         """Let seconds pass (on the fake clock; on real time, a short wait)."""
