@@ -6,6 +6,7 @@ leak between tests; backends made through `make_backend` are closed when the tes
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.pubsub_v1 import PublisherClient, SubscriberClient
 
-from pullqueue import Settings
+from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.layout import shard_of
 from tests.support.emulators import shared_emulator_host
@@ -42,6 +43,14 @@ def backend_behind(layer: RealisticPubSub, prefix: str) -> Iterator[PubSubBacken
     made = backend_on(layer, f"{prefix}-{uuid.uuid4().hex[:12]}")
     yield made
     made.close()
+
+
+def add_in_order(queue: Queue, tags: list[str], per_tag: int) -> None:
+    """per_tag tasks of each tag, the tags oldest first (a pause between tags, and one after)."""
+    for tag in tags:
+        queue.add([Task(b"w", tag=tag) for _ in range(per_tag)])
+        time.sleep(0.02)
+    time.sleep(0.3)
 
 
 def tags_on_shard_of(tag: str, count: int) -> list[str]:

@@ -24,7 +24,7 @@ import pytest
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.layout import shard_of
-from tests.pubsub.conftest import backend_behind, service_layer, tags_on_shard_of
+from tests.pubsub.conftest import add_in_order, backend_behind, service_layer, tags_on_shard_of
 from tests.support.realpubsub import RealisticPubSub
 
 RTT = 0.03
@@ -40,19 +40,11 @@ def backend(layer: RealisticPubSub) -> Iterator[PubSubBackend]:
     yield from backend_behind(layer, "early")
 
 
-def _add_in_order(queue: Queue, tags: list[str], per_tag: int) -> None:
-    """per_tag tasks of each tag, the tags oldest first."""
-    for tag in tags:
-        queue.add([Task(b"e", tag=tag) for _ in range(per_tag)])
-        time.sleep(0.02)
-    time.sleep(0.3)
-
-
 def _stocked(queue: Queue, backend: PubSubBackend, lease_seconds: float) -> list[str]:
     """Six tags of one shard, five tasks each; the first lease drains the shard (every tag in
     hand) and is deleted; then the hand's deadlines are set ahead. The other five tags."""
     tags = tags_on_shard_of(f"{queue.name}-0", 6)
-    _add_in_order(queue, tags, 5)
+    add_in_order(queue, tags, 5)
     first = queue.lease(lease_seconds, 100, group_by_tag=True)
     assert [t.tag for t in first] == [tags[0]] * 5
     queue.delete(first)
@@ -162,7 +154,7 @@ def test_a_drain_takes_the_next_oldest_shard_beside_it(
     for i in range(10_000):
         by_shard.setdefault(shard_of(f"t-{i}"), []).append(f"t-{i}")
     a, b, c = (by_shard[k][:2] for k in sorted(by_shard)[:3])
-    _add_in_order(queue, [*a, *b, *c], 5)
+    add_in_order(queue, [*a, *b, *c], 5)
     leased = [queue.lease(60, 100, group_by_tag=True)]
     time.sleep(1.5)  # as in _stocked: the process knows the server holds empty pulls
     assert backend.rpc.holds_empty_pulls is True

@@ -18,9 +18,15 @@ from typing import Any
 
 import pytest
 
-from pullqueue import Queue, Task
+from pullqueue import Queue
 from pullqueue.adapters.pubsub import PubSubBackend
-from tests.pubsub.conftest import backend_behind, backend_on, service_layer, tags_on_shard_of
+from tests.pubsub.conftest import (
+    add_in_order,
+    backend_behind,
+    backend_on,
+    service_layer,
+    tags_on_shard_of,
+)
 from tests.support.realpubsub import RealisticPubSub
 
 RTT = 0.03
@@ -36,14 +42,6 @@ def backend(layer: RealisticPubSub) -> Iterator[PubSubBackend]:
     yield from backend_behind(layer, "watch")
 
 
-def _add_in_order(queue: Queue, tags: list[str], per_tag: int) -> None:
-    """per_tag tasks of each tag, the tags oldest first."""
-    for tag in tags:
-        queue.add([Task(b"w", tag=tag) for _ in range(per_tag)])
-        time.sleep(0.02)
-    time.sleep(0.3)
-
-
 def _pulls_within(calls: Any, began: float, ended: float) -> int:
     """Pulls begun and answered within [began, ended]: made in the lease call, waited for."""
     return sum(1 for c in calls.of("Pull") if c.start >= began and c.end <= ended)
@@ -57,7 +55,7 @@ def test_leases_from_a_stocked_hand_make_no_pull_in_their_turn(
     Now a glance leaves a watch running, and the leases after it glance no more while it runs."""
     queue = Queue("stocked", backend)
     tags = tags_on_shard_of("stocked-0", 6)
-    _add_in_order(queue, tags, 5)
+    add_in_order(queue, tags, 5)
     first = queue.lease(60, 100, group_by_tag=True)  # drains the shard: every tag in hand
     assert [t.tag for t in first] == [tags[0]] * 5
     queue.delete(first)
@@ -87,7 +85,7 @@ def test_a_task_a_watch_brings_is_leased_with_its_tag(
     publisher, _ = raw
     queue = Queue("brought", backend)
     tags = tags_on_shard_of("brought-0", 4)
-    _add_in_order(queue, tags, 3)
+    add_in_order(queue, tags, 3)
     leased = queue.lease(60, 100, group_by_tag=True)
     assert [t.tag for t in leased] == [tags[0]] * 3
     queue.delete(leased)
@@ -118,7 +116,7 @@ def test_closing_waits_for_the_watches_and_gives_back_what_they_hold(
     queue = Queue("closing", backend)
     tags = tags_on_shard_of("closing-0", 3)
     try:
-        _add_in_order(queue, tags, 2)
+        add_in_order(queue, tags, 2)
         queue.delete(queue.lease(60, 100, group_by_tag=True))
         queue.delete(queue.lease(60, 100, group_by_tag=True))  # the worker subscription watched
         publisher.publish(

@@ -165,14 +165,13 @@ class AckRounds:
     def _shorten(self, queue: str, source: str, ack_ids: list[str], seconds: int) -> None:
         """Set leased deliveries' deadlines (running past their lease's end) to the lease's, in
         the background: counted in flight (self.changes) until the answer came."""
-        call = functools.partial(self.rpc.modify, source, ack_ids, seconds, queue=queue)
-        try:
-            future = self.rpc.start(call)
-        except RuntimeError:  # the pool shut down: the backend is closing
-            return
-        self.changes.track(ack_ids, future)
-        future.add_done_callback(
-            functools.partial(self._shortened, queue, source, ack_ids, seconds)
+        self.changes.send(
+            self.rpc,
+            source,
+            ack_ids,
+            seconds,
+            queue=queue,
+            answered=functools.partial(self._shortened, queue, source, ack_ids, seconds),
         )
 
     def _shortened(
@@ -200,12 +199,8 @@ class AckRounds:
             leases = [lease for lease in locked if self._book.holds(lease) and not lease.lost]
             for lease in leases:
                 if lease.ack_id in stale:
-                    lease.lost = True
-                    log.warning(
-                        "queue %r, task %r: Pub/Sub no longer held the task when its lease's"
-                        " deadline was set; the holder will get TaskLeaseExpiredError",
-                        queue,
-                        lease.delivery.name,
+                    _lose(
+                        lease, "Pub/Sub no longer held the task when its lease's deadline was set"
                     )
             again = [lease.ack_id for lease in leases if failure is not None]
             if not again:
@@ -341,12 +336,8 @@ class AckRounds:
                 stale = self.rpc.modify(source, [le.ack_id for le in leases], seconds, queue=queue)
                 for lease in leases:
                     if lease.ack_id in stale:
-                        lease.lost = True
-                        log.warning(
-                            "queue %r, task %r: Pub/Sub took the lease back before it ended"
-                            " (renewed too late); the holder will get TaskLeaseExpiredError",
-                            queue,
-                            lease.delivery.name,
+                        _lose(
+                            lease, "Pub/Sub took the lease back before it ended (renewed too late)"
                         )
                     else:
                         lease.held_until = now + seconds
@@ -417,3 +408,15 @@ class AckRounds:
         finally:
             for _, lease in locked:
                 lease.lock.release()
+
+
+def _lose(lease: Lease, why: str) -> None:
+    """Mark a lease lost (its holder's delete or modify raises TaskLeaseExpiredError), saying
+    why in a warning."""
+    lease.lost = True
+    log.warning(
+        "queue %r, task %r: %s; the holder will get TaskLeaseExpiredError",
+        lease.queue,
+        lease.delivery.name,
+        why,
+    )

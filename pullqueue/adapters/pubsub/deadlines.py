@@ -9,10 +9,14 @@ deadline would end a lease before its time, and the task could be leased twice.
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pullqueue.adapters.pubsub.rpc import PubSubRpc
 
 
 class DeadlineChanges:
@@ -21,6 +25,28 @@ class DeadlineChanges:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: dict[str, set[Future[Any]]] = {}
+
+    def send(
+        self,
+        rpc: PubSubRpc,
+        source: str,
+        ack_ids: list[str],
+        seconds: int,
+        *,
+        queue: str,
+        answered: Callable[[Future[set[str]]], None],
+    ) -> bool:
+        """Set these ack ids' deadlines to `seconds` in the background, counted in flight until
+        the answer came; `answered(future)` is called with it. False when the pool has shut
+        down (the backend is closing): nothing was sent."""
+        call = functools.partial(rpc.modify, source, ack_ids, seconds, queue=queue)
+        try:
+            future = rpc.start(call)
+        except RuntimeError:
+            return False
+        self.track(ack_ids, future)
+        future.add_done_callback(answered)
+        return True
 
     def track(self, ack_ids: Iterable[str], future: Future[Any]) -> None:
         """Count `future` (a change of these ack ids' deadlines) in flight until it ends."""

@@ -336,15 +336,11 @@ class Hand:
                     due.setdefault(delivery.subscription, []).append(delivery.ack_id)
         for source, ack_ids in due.items():
             at = time.time()
-            call = functools.partial(self.rpc.modify, source, ack_ids, seconds, queue=self.queue)
-            try:
-                future = self.rpc.start(call)
-            except RuntimeError:  # the pool shut down: the backend is closing
+            answered = functools.partial(self._set_ahead, source, ack_ids, at + seconds)
+            if not self._changes.send(
+                self.rpc, source, ack_ids, seconds, queue=self.queue, answered=answered
+            ):
                 return
-            self._changes.track(ack_ids, future)
-            future.add_done_callback(
-                functools.partial(self._set_ahead, source, ack_ids, at + seconds)
-            )
 
     def _set_ahead(
         self, source: str, ack_ids: list[str], until: float, future: Future[set[str]]
