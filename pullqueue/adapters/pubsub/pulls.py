@@ -993,8 +993,13 @@ class PullRounds:
         beside.start()
         try:
             first = self._drain(queue, topology, sources[0], hand, end, room=room)
-        finally:
+        except BaseException:
+            # (The first's found tasks are held by _drain.) The second's are held too.
             beside.join()
+            if outcome and isinstance(outcome[0], tuple):
+                held.hold(outcome[0][0])
+            raise
+        beside.join()
         other = outcome[0]
         if isinstance(other, BaseException):
             # What the first found goes to the hand with the call's (see _gather).
