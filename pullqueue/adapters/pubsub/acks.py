@@ -202,7 +202,7 @@ class AckRounds:
                     _lose(
                         lease, "Pub/Sub no longer held the task when its lease's deadline was set"
                     )
-            again = [lease.ack_id for lease in leases] if failure is not None else []
+            again = [lease.ack_id for lease in leases if failure is not None]
             if not again:
                 return
             try:

@@ -44,11 +44,11 @@ class DeadlineChanges:
             future = rpc.start(call)
         except RuntimeError:
             return False
-        self._track(ack_ids, future)
+        self.track(ack_ids, future)
         future.add_done_callback(answered)
         return True
 
-    def _track(self, ack_ids: Iterable[str], future: Future[Any]) -> None:
+    def track(self, ack_ids: Iterable[str], future: Future[Any]) -> None:
         """Count `future` (a change of these ack ids' deadlines) in flight until it ends."""
         ids = list(ack_ids)
         with self._lock:

@@ -280,14 +280,6 @@ class Hand:
         with self._lock:
             return self.settings.pubsub_hold_bytes - self._bytes - taken
 
-    def room_beside(self, taken: list[Delivery]) -> tuple[int, int]:
-        """The tasks and bytes a lease call may hold beside `taken`, the tasks it took in hand
-        (PULLQUEUE_PUBSUB_HOLD_MAX, PULLQUEUE_PUBSUB_HOLD_BYTES)."""
-        return (
-            self.settings.pubsub_hold_max - len(taken),
-            self.settings.pubsub_hold_bytes - sum(d.size for d in taken),
-        )
-
     def sources(self) -> set[str]:
         """The subscriptions the held deliveries came from."""
         with self._lock:
@@ -459,14 +451,17 @@ class Hand:
         """True when the hand lacks the room a drain of `source` is expected to need (the most
         any subscription of the queue filled it with when drained to empty) while it holds
         tasks of other subscriptions it may serve instead: what is whole is served first."""
-        expected = self.drain_size()
-        if expected is None or not any(
+        with self._lock:
+            sizes = list(self._whole.values())
+        if not sizes or not any(
             d.subscription != source and d.subscription not in partial for d in hand
         ):
             return False
-        count, size = expected
+        count = max(c for c, _ in sizes)
+        size = max(b for _, b in sizes)
         mine = [d for d in hand if d.subscription == source]
-        room, room_bytes = self.room_beside(hand)
+        room = self.settings.pubsub_hold_max - len(hand)
+        room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
         return count - len(mine) > room or size - sum(d.size for d in mine) > room_bytes
 
     # Shard claims

@@ -944,7 +944,8 @@ class PullRounds:
         size = held.drain_size()
         if size is None or not held.tokens_to_spare():
             return None
-        room, room_bytes = held.room_beside(hand)
+        room = self.settings.pubsub_hold_max - len(hand)
+        room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
         if 2 * size[0] > room or 2 * size[1] > room_bytes:
             return None
         shards = set(held.topology.shards)
@@ -971,9 +972,11 @@ class PullRounds:
         when another process holds its shard's claim (asked for beside the first drain). The
         second runs in a thread of its own: a drain's pulls run in the pull pool, which its
         threads must not wait on (PubSubRpc.run_each)."""
+        room = (
+            (self.settings.pubsub_hold_max - len(hand)) // 2,
+            (self.settings.pubsub_hold_bytes - sum(d.size for d in hand)) // 2,
+        )
         held = self._hand(queue)
-        count, size = held.room_beside(hand)
-        room = (count // 2, size // 2)
         outcome: list[tuple[list[Delivery], bool] | BaseException | None] = []
 
         def second() -> None:
@@ -1041,7 +1044,12 @@ class PullRounds:
         One found empty a moment ago (EMPTY_RECHECK) is not pulled again yet, unless `fresh`.
         """
         held = self._hand(queue)
-        room_count, room_bytes = held.room_beside(hand) if room is None else room
+        if room is None:
+            room = (
+                self.settings.pubsub_hold_max - len(hand),
+                self.settings.pubsub_hold_bytes - sum(d.size for d in hand),
+            )
+        room_count, room_bytes = room
         found: list[Delivery] = []
         if not fresh and held.marked(source, time.monotonic()):
             return found, True
