@@ -140,3 +140,46 @@ def test_a_claim_of_a_shard_held_elsewhere_is_not_held_a_second_wait(
         )
     finally:
         backend.close()
+
+
+def test_a_plain_lease_takes_what_a_pull_its_round_left_running_brings(
+    held: RealisticPubSub,
+) -> None:
+    """A plain lease's round gives up on a pull after a short wait (held empty, on Pub/Sub);
+    one that was bringing the subscription's tasks (its answer slow: a loaded host, or a part
+    of a split pull held empty beside parts that brought messages) is waited for, and the
+    subscription pulled again, before the lease answers short of what waits. Before: the lease
+    answered with what that pull brought alone (CI: a lease of 1,000 of 1,099 waiting got 88,
+    a lease of 99 got 29)."""
+    backend = _backend(held, "leftrunning")
+    try:
+        queue = Queue("leftrunning", backend)
+        for _ in range(3):
+            queue.add([Task(b"w") for _ in range(100)])
+        backend.rpc.holds_empty_pulls = True  # as once a pull was seen held
+        queue.delete(queue.lease(60, 1))  # a first lease pulls every subscription once
+        topology = backend.topology("leftrunning")
+        workers = topology.workers
+        # Tasks in hand (as a pull left running by an earlier lease brings them): the lease
+        # has tasks to answer with, so its round does not wait for a slow pull.
+        end = time.monotonic() + 5
+        in_hand = backend._pulls._pull("leftrunning", topology, workers, 5, end, patient=True)
+        assert in_hand is not None and len(in_hand) == 5
+        backend._hand("leftrunning").hold(in_hand)
+        pull_many = backend.rpc.pull_many
+        slowed: list[str] = []
+
+        def slow(source: str, sizes: Any, **kwargs: Any) -> Any:
+            answer = pull_many(source, sizes, **kwargs)
+            if source == workers and not slowed:
+                slowed.append(source)
+                time.sleep(0.3)  # pulled: its tasks are out until this answer arrives
+            return answer
+
+        backend.rpc.pull_many = slow  # type: ignore[method-assign,assignment]
+        leased = queue.lease(60, 150)
+        assert slowed
+        assert len(leased) == 150, len(leased)
+        queue.delete(leased)
+    finally:
+        backend.close()

@@ -347,6 +347,7 @@ class PullRounds:
         live = self._rotate(topology)
         need = max_tasks - len(picked)
         chosen = self._choose(live, need)
+        left: list[str] = []
         looked = time.monotonic()
         try:
             found, more = self._pull_each(
@@ -359,6 +360,7 @@ class PullRounds:
                 spread=True,
                 any_answer=True,
                 grace=True,
+                left=left,
             )
             empty = not picked and not found
             if chosen != live and len(picked) + len(found) < max_tasks * FEW_SHARE:
@@ -381,6 +383,7 @@ class PullRounds:
                         any_answer=True,
                         grace=True,
                         wait=max(wait, NEXT_PULL_LEAST) if empty else None,
+                        left=left,
                     )
                     if again
                     else ([], [])
@@ -394,28 +397,19 @@ class PullRounds:
         # More may be in the sources that brought any: a pull often brings fewer than asked
         # (the emulator at most 100), or only tasks it may not hand out (ETA ahead, a copy).
         picked += found
-        # Then rounds side by side of those that brought any (their pulls wait _next_wait on
-        # an empty one): one after another they would cost that wait each.
-        while more and len(picked) < max_tasks and time.monotonic() < end:
-            shares = self._shares(more, max_tasks - len(picked), hand.room())
-            try:
-                found, more = self._pull_each(
-                    queue,
-                    topology,
-                    more,
-                    shares,
-                    end,
-                    patient=False,
-                    spread=True,
-                    cut=False,
-                    grace=True,
-                )
-            except Error:
-                hand.hold(picked)
-                raise
-            picked += found
-            if not found:
+        picked = self._rounds(queue, topology, more, picked, max_tasks, end, left)
+        while left and len(picked) < max_tasks and time.monotonic() < end:
+            # A round gave up on a pull still running: what it brings comes to the hand. It
+            # may be bringing tasks while the lease would answer short of them (a pull split
+            # into parts waits for all: one part held empty while the others brought the
+            # subscription's messages, as Pub/Sub and the emulator answer pulls side by side
+            # on one subscription; or a loaded host's slow answer).
+            caught = self._catch_left(queue, left, max_tasks - len(picked), end)
+            if not caught:
                 break
+            picked += caught
+            brought = sorted({d.subscription for d in caught})
+            picked = self._rounds(queue, topology, brought, picked, max_tasks, end, left)
         if len(picked) < max_tasks:
             # Short of the batch: the pulls the first round left running may be bringing
             # tasks (on a loaded machine an answer with tasks can come after the round ended);
@@ -436,6 +430,60 @@ class PullRounds:
             hand.hold([d for d in picked if d.ack_id not in kept])
             return answer
         return picked
+
+    def _rounds(
+        self,
+        queue: str,
+        topology: QueueTopology,
+        more: list[str],
+        picked: list[Delivery],
+        max_tasks: int,
+        end: float,
+        left: list[str],
+    ) -> list[Delivery]:
+        """A plain lease's rounds side by side of the sources that brought any (their pulls
+        wait _next_wait on an empty one: one after another they would cost that wait each),
+        until the call has max_tasks or a round brings nothing: `picked` and what they found.
+        A source whose pull a round left running is added to `left`."""
+        hand = self._hand(queue)
+        while more and len(picked) < max_tasks and time.monotonic() < end:
+            shares = self._shares(more, max_tasks - len(picked), hand.room())
+            try:
+                found, more = self._pull_each(
+                    queue,
+                    topology,
+                    more,
+                    shares,
+                    end,
+                    patient=False,
+                    spread=True,
+                    cut=False,
+                    grace=True,
+                    left=left,
+                )
+            except Error:
+                hand.hold(picked)
+                raise
+            picked = picked + found
+            if not found:
+                break
+        return picked
+
+    def _catch_left(self, queue: str, left: list[str], limit: int, end: float) -> list[Delivery]:
+        """Up to `limit` of what the pulls a plain lease's rounds left running on the sources
+        of `left` (emptied) brought, once they ended: waited for as long as such a pull runs
+        (its wait and the grace of its deadline), never past `end`. Only of sources whose last
+        pull brought messages (the one left running, if it ended): a subscription found empty
+        before, pulled in a first round beside the others, is held empty on Pub/Sub, and the
+        lease would wait for that."""
+        sources = sorted({s for s in left if self._brought(s)})
+        left.clear()
+        if not sources:
+            return []
+        until = min(end, time.monotonic() + self._next_wait() + DROP_GRACE)
+        self.settle_flights(sources, until, whole=True)
+        wanted = set(sources)
+        return self._hand(queue).take(lambda d: d.subscription in wanted, limit)
 
     def _shares(self, sources: list[str], need: int, room: int) -> dict[str, int]:
         """How many of `need` tasks a round of pulls asks each source for: the sources whose
@@ -1222,6 +1270,7 @@ class PullRounds:
         glance: Collection[str] = (),
         split: bool = True,
         settle: bool = False,
+        left: list[str] | None = None,
     ) -> tuple[list[Delivery], list[str]]:
         """Pull up to `size` (of each, when a mapping) from each source, side by side (an empty
         queue answers after one pull wait, not one per source): what came, and the sources
@@ -1241,7 +1290,7 @@ class PullRounds:
         The sources of `glance` are pulled with `immediately` (never joined), and one that
         brings nothing is not marked found empty (only a held pull finds that).
         `settle` (a drain's pulls): a pull split into parts does not wait for parts held empty
-        (see _pull).
+        (see _pull). `left` gets the sources whose pull the round left running.
         """
         held = self._hand(queue)
         joining: set[str] = set()
@@ -1356,6 +1405,8 @@ class PullRounds:
         failure: Error | None = None
         for source, result in zip(sources, results, strict=True):
             if isinstance(result, Pending):
+                if left is not None:
+                    left.append(source)
                 continue
             if isinstance(result, Error):
                 failure = failure or result
