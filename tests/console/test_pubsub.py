@@ -148,13 +148,17 @@ def test_purge_empties_the_queue(producer: PubSubBackend, browser: Browser) -> N
 def dead_letter(
     producer: PubSubBackend, queue: str, name: str, error: str, tag: str | None = None
 ) -> None:
-    """Release the task (leasing only `tag`) until its last attempt, then fail it with `error`."""
+    """Release the task (leasing only `tag`) until its last attempt, then fail it with `error`
+    (the other tasks of its batch are released: a lease's tasks come in no set order)."""
     q = Queue(queue, producer)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        for task in q.lease(30, 100, tag=tag):
+        leased = q.lease(30, 100, tag=tag)
+        for i, task in enumerate(leased):
             if task.name == name and producer.final_attempt(queue, task):
                 assert producer.dead_letter(queue, task, error)
+                for other in leased[i + 1 :]:
+                    q.modify_lease(other, 0)
                 return
             q.modify_lease(task, 0)
     raise AssertionError(f"{name} never reached its last attempt")

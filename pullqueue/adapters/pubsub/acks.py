@@ -145,7 +145,7 @@ class AckRounds:
                 leases.append(Lease(queue, delivery, expires=expires, held_until=now + seconds))
         self._book.add(leases)
         for source, ack_ids in later.items():
-            self._shorten(queue, source, ack_ids, seconds)
+            self._shorten(queue, source, ack_ids, seconds, expires)
         if lease_seconds > MAX_ACK_DEADLINE:
             self._poke()
         counts = self._book.retry_counts([lease.delivery for lease in leases])
@@ -162,27 +162,40 @@ class AckRounds:
             for lease, count in zip(leases, counts, strict=True)
         ]
 
-    def _shorten(self, queue: str, source: str, ack_ids: list[str], seconds: int) -> None:
-        """Set leased deliveries' deadlines (running past their lease's end) to the lease's, in
-        the background: counted in flight (self.changes) until the answer came."""
+    def _shorten(
+        self, queue: str, source: str, ack_ids: list[str], seconds: int, expires: float
+    ) -> None:
+        """Set leased deliveries' deadlines (running past their lease's end, `expires`) to the
+        lease's, in the background: counted in flight (self.changes) until the answer came."""
         self.changes.send(
             self.rpc,
             source,
             ack_ids,
             seconds,
             queue=queue,
-            answered=functools.partial(self._shortened, queue, source, ack_ids, seconds),
+            answered=functools.partial(self._shortened, queue, source, ack_ids, seconds, expires),
         )
 
     def _shortened(
-        self, queue: str, source: str, ack_ids: list[str], seconds: int, future: Future[set[str]]
+        self,
+        queue: str,
+        source: str,
+        ack_ids: list[str],
+        seconds: int,
+        expires: float,
+        future: Future[set[str]],
     ) -> None:
         """A shortening's answer. A lease whose delivery Pub/Sub no longer holds is lost (its
         holder hears it at its delete or modify). A refused or failed one (Pub/Sub refuses the
         whole request when one of its deliveries was acked meanwhile: the holder deleted it) is
-        sent again once for the leases still held and unchanged; one still not shortened
-        returns to the queue at its earlier deadline if neither deleted nor changed (later,
-        never sooner, than its lease's end)."""
+        sent again once for the leases still held and unchanged (their end still `expires`: a
+        modify_task_lease that went meanwhile set the deadline it wants, which the shortening
+        sent again would overwrite); one still not shortened returns to the queue at its
+        earlier deadline if neither deleted nor changed (later, never sooner, than its lease's
+        end).
+
+        The change's waiters (modify_lease) are released when the call ends, before this runs:
+        a change made in between is seen by its new end here, one under way by its lock."""
         failure = future.exception()
         stale = set() if failure is not None else future.result()
         if failure is None and not stale:
@@ -202,7 +215,11 @@ class AckRounds:
                     _lose(
                         lease, "Pub/Sub no longer held the task when its lease's deadline was set"
                     )
-            again = [lease.ack_id for lease in leases if failure is not None]
+            again = [
+                lease.ack_id
+                for lease in leases
+                if failure is not None and lease.expires == expires and not lease.lost
+            ]
             if not again:
                 return
             try:
