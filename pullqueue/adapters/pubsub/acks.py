@@ -215,11 +215,12 @@ class AckRounds:
                     _lose(
                         lease, "Pub/Sub no longer held the task when its lease's deadline was set"
                     )
-            again = [
-                lease.ack_id
-                for lease in leases
-                if failure is not None and lease.expires == expires and not lease.lost
-            ]
+            # (Refused: none was marked lost above, stale being empty then.)
+            again = (
+                [lease.ack_id for lease in leases if lease.expires == expires]
+                if failure is not None
+                else []
+            )
             if not again:
                 return
             try:
