@@ -58,20 +58,23 @@ def test_lease_shorter_than_the_subscription_minimum_ends_on_time(
 
 
 def test_lease_longer_than_600_s_is_held_past_its_ack_deadline(make_backend: MakeBackend) -> None:
-    holder_backend = make_backend(pubsub_keeper_period=0.5, pubsub_lease_window=2)
+    # The window is four keeper periods, as by default (60 s and 15 s): a renewal is sent when
+    # the deadline is two periods away. At 2 s and 0.5 s a pass delayed a second by a loaded
+    # host (CI) came after the deadline, and Pub/Sub took the lease back.
+    holder_backend = make_backend(pubsub_keeper_period=1.0, pubsub_lease_window=4)
     holder = Queue("long", holder_backend)
     other = Queue("long", make_backend())
     holder.add(Task(b"x", name="week"))
     (task,) = holder.lease(7 * 24 * 3600, 10)
     assert task.eta_posix is not None and task.eta_posix > time.time() + 7 * 24 * 3600 - 60
-    # Each Pub/Sub deadline is 2 s; 6 s later the keeper has renewed it three times.
-    deadline = time.monotonic() + 6
+    # Each Pub/Sub deadline is 4 s; 10 s later the keeper has renewed it at least three times.
+    deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         assert other.lease(60, 10) == []
         time.sleep(0.3)
     holder.modify_lease(task, 7 * 24 * 3600)
     assert holder.delete(task)[0].was_deleted
-    time.sleep(2.5)
+    time.sleep(4.5)  # past the last window: deleted, not merely held
     assert other.lease(60, 10) == []
 
 

@@ -89,6 +89,7 @@ class Calls:
 
     def __init__(self) -> None:
         self._calls: list[Call] = []
+        self._held = 0
 
     @property
     def count(self) -> int:
@@ -109,6 +110,12 @@ class Calls:
             for c in self._calls
             if c.method == method and c.end - c.start >= seconds and c.start >= since
         )
+
+    def held(self) -> int:
+        """Pulls begun in the block that the layer found empty and held (`hold_empty`), counted
+        as the hold begins (a pull held to its deadline ends after the block): unlike calls'
+        lengths, a count a loaded host does not change."""
+        return self._held
 
     def rounds(self, *methods: str) -> int:
         """Round trips one after another: the longest chain of calls (of `methods`, when
@@ -247,6 +254,7 @@ class RealisticPubSub:
         self._filters: dict[str, Predicate] = {}
         self._lock = threading.Lock()
         self._watchers: list[Calls] = []
+        self._local = threading.local()  # per call: each runs in a server thread of its own
         self.totals: Counter[str] = Counter()
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=400, thread_name_prefix="realpubsub"),
@@ -316,6 +324,7 @@ class RealisticPubSub:
     def unary(self, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         start = time.monotonic()
         watchers = self._watching()
+        self._local.watchers = watchers
         half = self.knobs.rtt / 2
         try:
             if half:
@@ -413,6 +422,7 @@ class RealisticPubSub:
             # handed back counts a delivery attempt on the emulator, which the service would not.
             pull.max_messages = self._random.randint(1, pull.max_messages)
             request = pull.SerializeToString()
+        held = False
         while True:
             answer = _PULL_RESPONSE.FromString(self._forward(method, request, context))
             messages = list(answer.received_messages)
@@ -427,6 +437,11 @@ class RealisticPubSub:
                 del answer.received_messages[:]
                 answer.received_messages.extend(messages)
                 return answer.SerializeToString()  # type: ignore[no-any-return]
+            if not held:
+                held = True
+                with self._lock:
+                    for watcher in self._local.watchers:
+                        watcher._held += 1
             remaining = context.time_remaining()
             if not context.is_active() or (remaining is not None and remaining <= 2 * _POLL):
                 # Held to the deadline: DEADLINE_EXCEEDED, sent a moment before it (at the
