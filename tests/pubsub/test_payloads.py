@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from pullqueue import Queue, Task
-from pullqueue.adapters.pubsub.rpc import ANSWERED_DEADLINE, PubSubRpc
+from pullqueue.adapters.pubsub.pulls import DROP_GRACE
+from pullqueue.adapters.pubsub.rpc import ANSWERED_DEADLINE, EMULATED_DEADLINE, PubSubRpc
 from pullqueue.adapters.pubsub.wire import decode
 from tests.pubsub.conftest import MakeBackend
 from tests.support.tcpproxy import TcpProxy
@@ -231,26 +232,25 @@ def test_a_held_delivery_keeps_its_payload_not_its_whole_pull_answer(
     assert 900 * KB <= freed < 3 * 2**20, freed
 
 
-def _deadlines(backend: Any) -> list[tuple[int, float]]:
-    """Record (max_messages, deadline sent) of every pull the backend's client makes."""
-    sent: list[tuple[int, float]] = []
+def _deadlines(backend: Any) -> list[tuple[int, float, bool]]:
+    """Record (max_messages, deadline sent, return_immediately) of every pull the backend's
+    client makes."""
+    sent: list[tuple[int, float, bool]] = []
     pull = backend.rpc.subscriber.pull
 
     def recorded(*, request: Any, retry: Any, timeout: float) -> Any:
-        sent.append((request.max_messages, timeout))
+        sent.append((request.max_messages, timeout, request.return_immediately))
         return pull(request=request, retry=retry, timeout=timeout)
 
     backend.rpc.subscriber.pull = recorded
     return sent
 
 
-def test_pull_deadlines_allow_for_the_answer_not_a_fixed_second(make_backend: MakeBackend) -> None:
-    # Pub/Sub holds a pull of an empty subscription until the client's deadline, so each
-    # second a deadline adds is paid by every pull that finds nothing. Small tasks: deadlines
-    # stay near the pull's wait. 1 MB tasks: the deadline grows with the answer asked for.
-    # The emulator answers an empty pull at once (up to a deadline of ANSWERED_DEADLINE): no
-    # pull gets less there, so a loaded machine's late answer is received, not dropped with
-    # its tasks hidden for their ack deadline (test_loaded_emulator.py).
+def test_pull_deadlines_on_the_emulator_receive_a_late_answer(make_backend: MakeBackend) -> None:
+    # The emulator answers an empty pull at once when asked not to hold it (at any deadline):
+    # every pull is sent so, with EMULATED_DEADLINE, so a loaded machine's late answer is
+    # received, not dropped with its tasks hidden for their ack deadline
+    # (test_loaded_emulator.py). Before, ANSWERED_DEADLINE (1 s), and not asked.
     small = make_backend()
     small_queue = Queue("small-deadlines", small)
     assert small_queue.lease(60, 1) == []  # empty pulls first: answered at once here
@@ -258,14 +258,35 @@ def test_pull_deadlines_allow_for_the_answer_not_a_fixed_second(make_backend: Ma
     _add(small_queue, 1 * KB, per_tag=50, tags=4)
     sent = _deadlines(small)
     _drain_by_tag(small_queue, 200, 1000, seconds=30, group_by_tag=True)
+    assert sent and all(at_once for _, _, at_once in sent), sent[:5]
+    deadlines = sorted(deadline for _, deadline, _ in sent)
+    assert EMULATED_DEADLINE - 0.05 <= deadlines[0] <= deadlines[-1] <= EMULATED_DEADLINE + 0.2
+
+
+def test_pull_deadlines_where_empty_pulls_are_held_allow_for_the_answer_not_a_fixed_second(
+    make_backend: MakeBackend,
+) -> None:
+    # Pub/Sub holds a pull of an empty subscription until the client's deadline, so each
+    # second a deadline adds is paid by every pull that finds nothing. Small tasks: deadlines
+    # stay near the pull's wait. 1 MB tasks: the deadline grows with the answer asked for.
+    # (The backends are told they talk to a server that holds empty pulls, as Pub/Sub.)
+    small = make_backend()
+    small.rpc.emulated = False
+    small.rpc.holds_empty_pulls = True
+    small_queue = Queue("small-held", small)
+    _add(small_queue, 1 * KB, per_tag=50, tags=4)
+    sent = _deadlines(small)
+    _drain_by_tag(small_queue, 200, 1000, seconds=30, group_by_tag=True)
     wait = small.settings.pubsub_pull_wait
-    deadlines = sorted(deadline for _, deadline in sent)
-    assert deadlines and deadlines[-1] <= max(wait, ANSWERED_DEADLINE) + 0.2, deadlines[-5:]
-    assert deadlines[0] >= ANSWERED_DEADLINE - 0.05, deadlines[:5]
+    deadlines = sorted(deadline for _, deadline, _ in sent)
+    assert deadlines and deadlines[-1] <= wait + DROP_GRACE + 0.2, deadlines[-5:]
+    assert deadlines[0] < ANSWERED_DEADLINE, deadlines[:5]  # short waits keep their length
     large = make_backend()
-    large_queue = Queue("large-deadlines", large)
+    large.rpc.emulated = False
+    large.rpc.holds_empty_pulls = True
+    large_queue = Queue("large-held", large)
     _add(large_queue, 1000 * KB, per_tag=6, tags=2)
     sent = _deadlines(large)
     _drain_by_tag(large_queue, 12, 1000, seconds=30, group_by_tag=True)
     # A pull asking for 8 or more 1 MB tasks is given about a second for them to arrive.
-    assert any(n >= 8 and deadline >= 0.9 for n, deadline in sent), sent
+    assert any(n >= 8 and deadline >= 0.9 for n, deadline, _ in sent), sent
