@@ -35,11 +35,11 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from queue import SimpleQueue
 from typing import Any
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -60,18 +60,9 @@ WAIT = 60.0
 """Seconds a wake-up sample may take before the run is called broken."""
 
 
-@contextlib.contextmanager
-def pointing_at(host: str) -> Iterator[None]:
+def pointing_at(host: str) -> contextlib.AbstractContextManager[Any]:
     """PUBSUB_EMULATOR_HOST is `host` inside the block (clients made there use it)."""
-    before = os.environ.get("PUBSUB_EMULATOR_HOST")
-    os.environ["PUBSUB_EMULATOR_HOST"] = host
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
-        else:
-            os.environ["PUBSUB_EMULATOR_HOST"] = before
+    return mock.patch.dict(os.environ, {"PUBSUB_EMULATOR_HOST": host})
 
 
 class Raw:

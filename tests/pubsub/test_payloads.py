@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pullqueue import Queue, Task
+from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.pubsub.pulls import DROP_GRACE
 from pullqueue.adapters.pubsub.rpc import ANSWERED_DEADLINE, EMULATED_DEADLINE, PubSubRpc
 from pullqueue.adapters.pubsub.wire import decode
@@ -263,30 +263,32 @@ def test_pull_deadlines_on_the_emulator_receive_a_late_answer(make_backend: Make
     assert EMULATED_DEADLINE - 0.05 <= deadlines[0] <= deadlines[-1] <= EMULATED_DEADLINE + 0.2
 
 
+def _drained_where_held(
+    make_backend: MakeBackend, name: str, size: int, *, per_tag: int, tags: int
+) -> list[tuple[int, float, bool]]:
+    """The pulls of a drain of per_tag x tags tasks of `size` bytes by a backend told it talks
+    to a server that holds empty pulls (as Pub/Sub), not the emulator."""
+    backend = make_backend()
+    backend.rpc.emulated = False
+    backend.rpc.holds_empty_pulls = True
+    queue = Queue(name, backend)
+    _add(queue, size, per_tag=per_tag, tags=tags)
+    sent = _deadlines(backend)
+    _drain_by_tag(queue, per_tag * tags, 1000, seconds=30, group_by_tag=True)
+    return sent
+
+
 def test_pull_deadlines_where_empty_pulls_are_held_allow_for_the_answer_not_a_fixed_second(
     make_backend: MakeBackend,
 ) -> None:
     # Pub/Sub holds a pull of an empty subscription until the client's deadline, so each
     # second a deadline adds is paid by every pull that finds nothing. Small tasks: deadlines
     # stay near the pull's wait. 1 MB tasks: the deadline grows with the answer asked for.
-    # (The backends are told they talk to a server that holds empty pulls, as Pub/Sub.)
-    small = make_backend()
-    small.rpc.emulated = False
-    small.rpc.holds_empty_pulls = True
-    small_queue = Queue("small-held", small)
-    _add(small_queue, 1 * KB, per_tag=50, tags=4)
-    sent = _deadlines(small)
-    _drain_by_tag(small_queue, 200, 1000, seconds=30, group_by_tag=True)
-    wait = small.settings.pubsub_pull_wait
+    sent = _drained_where_held(make_backend, "small-held", 1 * KB, per_tag=50, tags=4)
+    wait = Settings().pubsub_pull_wait
     deadlines = sorted(deadline for _, deadline, _ in sent)
     assert deadlines and deadlines[-1] <= wait + DROP_GRACE + 0.2, deadlines[-5:]
     assert deadlines[0] < ANSWERED_DEADLINE, deadlines[:5]  # short waits keep their length
-    large = make_backend()
-    large.rpc.emulated = False
-    large.rpc.holds_empty_pulls = True
-    large_queue = Queue("large-held", large)
-    _add(large_queue, 1000 * KB, per_tag=6, tags=2)
-    sent = _deadlines(large)
-    _drain_by_tag(large_queue, 12, 1000, seconds=30, group_by_tag=True)
+    sent = _drained_where_held(make_backend, "large-held", 1000 * KB, per_tag=6, tags=2)
     # A pull asking for 8 or more 1 MB tasks is given about a second for them to arrive.
     assert any(n >= 8 and deadline >= 0.9 for n, deadline, _ in sent), sent
