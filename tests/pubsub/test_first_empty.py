@@ -60,6 +60,34 @@ _WORKER = textwrap.dedent(
 )
 
 
+def tagged_pairs(count: int, tags: int, *, seed: int) -> list[tuple[str, str]]:
+    """(payload, tag) of `count` tasks over `tags` tags, shuffled."""
+    pairs = [(f"p{i}", f"tag-{i % tags}") for i in range(count)]
+    random.Random(seed).shuffle(pairs)
+    return pairs
+
+
+def add_pairs(queue: Queue, pairs: list[tuple[str, str]]) -> None:
+    """The tasks of `pairs`, added 100 a call."""
+    for start in range(0, len(pairs), 100):
+        queue.add([Task(p.encode(), tag=tag) for p, tag in pairs[start : start + 100]])
+
+
+def worker_commands(project: str, out: Path, processes: int, threads: int) -> list[list[str]]:
+    """The commands of `processes` workers of `threads` threads each (see _WORKER)."""
+    return [
+        [sys.executable, "-c", _WORKER, project, str(out), str(n), str(threads)]
+        for n in range(processes)
+    ]
+
+
+def reported_batches(out: Path, processes: int) -> list[list[list[str]]]:
+    """Every batch the workers leased ([payload, tag] pairs), once none reported an error."""
+    reports = [json.loads((out / f"out-{n}.json").read_text()) for n in range(processes)]
+    assert [e for report in reports for e in report["errors"]] == []
+    return [batch for report in reports for batch in report["batches"]]
+
+
 @pytest.mark.parametrize(
     ("processes", "threads", "tags", "count"),
     [(4, 1, 50, 2000), (2, 4, 200, 2000), (6, 1, 1000, 3000)],
@@ -74,25 +102,17 @@ def test_processes_that_stop_at_their_first_empty_lease_leave_nothing_behind(
     tags: int,
     count: int,
 ) -> None:
-    pairs = [(f"p{i}", f"tag-{i % tags}") for i in range(count)]
-    random.Random(11).shuffle(pairs)
-    producer = Queue("first-empty", make_backend())
-    for start in range(0, count, 100):
-        producer.add([Task(p.encode(), tag=tag) for p, tag in pairs[start : start + 100]])
+    pairs = tagged_pairs(count, tags, seed=11)
+    add_pairs(Queue("first-empty", make_backend()), pairs)
     # Started together, as workers that are already running when tasks arrive.
     run_together(
-        [
-            [sys.executable, "-c", _WORKER, project, str(tmp_path), str(n), str(threads)]
-            for n in range(processes)
-        ],
+        worker_commands(project, tmp_path, processes, threads),
         tmp_path,
         cwd=REPO,
         env=os.environ,
         timeout=300,
     )
-    reports = [json.loads((tmp_path / f"out-{n}.json").read_text()) for n in range(processes)]
-    assert [e for report in reports for e in report["errors"]] == []
-    batches = [batch for report in reports for batch in report["batches"]]
+    batches = reported_batches(tmp_path, processes)
     leased = [payload for batch in batches for payload, _ in batch]
     left = sorted({p for p, _ in pairs} - set(leased))
     assert left == [], f"{len(left)} left behind"

@@ -9,10 +9,7 @@ and its tasks were out until their ack deadline (60 s). CI lost 64 tasks of one 
 
 from __future__ import annotations
 
-import json
 import os
-import random
-import sys
 import threading
 import time
 import uuid
@@ -25,8 +22,13 @@ import pytest
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from tests.pubsub.conftest import backend_behind, backend_on
-from tests.pubsub.test_first_empty import _WORKER as FIRST_EMPTY_WORKER
-from tests.pubsub.test_first_empty import REPO
+from tests.pubsub.test_first_empty import (
+    REPO,
+    add_pairs,
+    reported_batches,
+    tagged_pairs,
+    worker_commands,
+)
 from tests.support.processes import run_together
 from tests.support.realpubsub import Knobs, RealisticPubSub
 
@@ -97,16 +99,12 @@ def test_processes_stopping_at_their_first_empty_lease_leave_nothing_behind_when
     their tasks (and tokens) hidden for their ack deadline: 2,633 of 3,000 tasks were left
     behind (CI, at its load: 1,131), every process having answered []."""
     processes, tags, count = 2, 40, 240
-    pairs = [(f"p{i}", f"tag-{i % tags}") for i in range(count)]
-    random.Random(5).shuffle(pairs)
+    pairs = tagged_pairs(count, tags, seed=5)
     with RealisticPubSub(emulator, Knobs(), seed=7) as layer:
         project = f"slow-{uuid.uuid4().hex[:12]}"
         producer_backend = backend_on(layer, project)
         try:
-            producer = Queue("first-empty", producer_backend)
-            for start in range(0, count, 100):
-                chunk = pairs[start : start + 100]
-                producer.add([Task(p.encode(), tag=tag) for p, tag in chunk])
+            add_pairs(Queue("first-empty", producer_backend), pairs)
 
             def slow_after_start() -> None:
                 while not (tmp_path / "go").exists():
@@ -116,10 +114,7 @@ def test_processes_stopping_at_their_first_empty_lease_leave_nothing_behind_when
 
             threading.Thread(target=slow_after_start, daemon=True).start()
             run_together(
-                [
-                    [sys.executable, "-c", FIRST_EMPTY_WORKER, project, str(tmp_path), str(n), "1"]
-                    for n in range(processes)
-                ],
+                worker_commands(project, tmp_path, processes, 1),
                 tmp_path,
                 cwd=REPO,
                 env={**os.environ, "PUBSUB_EMULATOR_HOST": layer.address},
@@ -128,9 +123,7 @@ def test_processes_stopping_at_their_first_empty_lease_leave_nothing_behind_when
         finally:
             layer.knobs.slow_answers = 0.0
             producer_backend.close()
-    reports = [json.loads((tmp_path / f"out-{n}.json").read_text()) for n in range(processes)]
-    assert [e for report in reports for e in report["errors"]] == []
-    leased = [payload for report in reports for batch in report["batches"] for payload, _ in batch]
+    leased = [payload for batch in reported_batches(tmp_path, processes) for payload, _ in batch]
     left = sorted({p for p, _ in pairs} - set(leased))
     assert left == [], f"{len(left)} of {count} left behind"
     assert len(leased) == len(set(leased))

@@ -254,7 +254,6 @@ class RealisticPubSub:
         self._filters: dict[str, Predicate] = {}
         self._lock = threading.Lock()
         self._watchers: list[Calls] = []
-        self._local = threading.local()  # per call: each runs in a server thread of its own
         self.totals: Counter[str] = Counter()
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=400, thread_name_prefix="realpubsub"),
@@ -324,12 +323,11 @@ class RealisticPubSub:
     def unary(self, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         start = time.monotonic()
         watchers = self._watching()
-        self._local.watchers = watchers
         half = self.knobs.rtt / 2
         try:
             if half:
                 time.sleep(half)
-            answer = self._answer(method, request, context)
+            answer = self._answer(method, request, context, watchers)
             if half:
                 time.sleep(half)
             remaining = context.time_remaining()
@@ -349,11 +347,13 @@ class RealisticPubSub:
             context.abort(exc.code(), exc.details() or "")
             raise  # not reached
 
-    def _answer(self, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
+    def _answer(
+        self, method: str, request: bytes, context: grpc.ServicerContext, watchers: list[Calls]
+    ) -> bytes:
         name = method.removeprefix(_SUB)
         knobs = self.knobs
         if name == "Pull":
-            return self._pull(method, request, context)
+            return self._pull(method, request, context, watchers)
         if name == "Acknowledge" and knobs.lost_acks:
             ack = _ACK.FromString(request)
             kept = [i for i in ack.ack_ids if self._random.random() >= knobs.lost_acks]
@@ -408,7 +408,9 @@ class RealisticPubSub:
             self._filters[subscription] = predicate
         return predicate
 
-    def _pull(self, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
+    def _pull(
+        self, method: str, request: bytes, context: grpc.ServicerContext, watchers: list[Calls]
+    ) -> bytes:
         knobs = self.knobs
         pull = _PULL.FromString(request)
         predicate = self._filter_of(pull.subscription) if knobs.filters else None
@@ -440,7 +442,7 @@ class RealisticPubSub:
             if not held:
                 held = True
                 with self._lock:
-                    for watcher in self._local.watchers:
+                    for watcher in watchers:
                         watcher._held += 1
             remaining = context.time_remaining()
             if not context.is_active() or (remaining is not None and remaining <= 2 * _POLL):
