@@ -1,14 +1,66 @@
-"""Session-wide test hooks: the fault suite's figures are printed at the end of every run."""
+"""Session-wide test hooks: which tests share one xdist worker, and the fault suite's figures,
+printed at the end of every run (sent from the workers with each test's report)."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from dataclasses import asdict
+
 import pytest
 
-from tests.support.faultreport import FIGURES
+from tests.support.faultreport import FIGURES, Figure
+
+ONE_AT_A_TIME = (
+    "tests/pubsub/",
+    "tests/faults/",
+    "tests/outbox/test_crash.py",
+    "tests/migrate/test_crash.py",
+    "tests/ops/test_deadletters.py",
+    "tests/ops/test_metrics.py",
+    "tests/bridge/test_go_pause.py",
+    "tests/dedupe/test_pubsub_named.py",
+    "tests/dedupe/test_delete_by_name_processes.py",
+)
+"""Tests that run worker processes (up to 32) or bound the Pub/Sub adapter's calls in time: they
+run one after another on one xdist worker (`--dist loadgroup`), never two of them at once on a
+2-core machine, while the other worker runs the rest (README, "Two workers")."""
+
+_FIGURE = "fault-figure"
+REPORTED: list[Figure] = []
+"""Figures of the run, as the reports brought them (from the xdist workers, or this process)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path.startswith(ONE_AT_A_TIME):
+            item.add_marker(pytest.mark.xdist_group("one-at-a-time"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    # A figure recorded in this phase travels with its report (xdist sends user_properties).
+    for figure in FIGURES[_sent[0] :]:
+        report.user_properties.append((_FIGURE, asdict(figure)))
+    _sent[0] = len(FIGURES)
+    return report
+
+
+_sent = [0]
+"""How many of this process's FIGURES a report has carried."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties:
+        if name == _FIGURE:
+            REPORTED.append(Figure(**value))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if FIGURES:
+    if REPORTED:
         terminalreporter.section("fault suite figures (docs/reliability.md)")
-        for figure in FIGURES:
+        for figure in REPORTED:
             terminalreporter.write_line(figure.line())
