@@ -116,17 +116,21 @@ def test_dynamic_tags_lease_one_tag_per_batch_each_task_once(make_backend: MakeB
 
 
 def test_tasks_pulled_for_another_tag_are_held_then_released(make_backend: MakeBackend) -> None:
-    holder = Queue("held", make_backend(pubsub_hold_seconds=1.0))
+    # The hold outlasts the other process's first lease (a second on a loaded emulator; with a
+    # hold of 1 s the alphas were released before it ended, and it leased them).
+    hold = 3.0
+    holder = Queue("held", make_backend(pubsub_hold_seconds=hold))
     other = Queue("held", make_backend())
     holder.add([Task(b"a", tag=ALPHA) for _ in range(5)] + [Task(b"b", tag=BETA)])
     (beta,) = holder.lease(60, 10, tag=BETA)
+    pulled = time.monotonic()
     assert beta.tag == BETA
     # The alpha tasks pulled on the way are held for this process, not handed to others ...
     assert other.lease(60, 10) == []
     # ... and served to its next lease without a new delivery.
     alphas = holder.lease(60, 2, tag=ALPHA)
     assert len(alphas) == 2 and all(t.retry_count == 1 for t in alphas)
-    time.sleep(1.5)
+    time.sleep(max(pulled + hold + 0.5 - time.monotonic(), 0.0))
     # The rest were released when their hold ran out; one delivery attempt each is spent.
     back = other.lease(60, 10)
     assert len(back) == 3 and {t.tag for t in back} == {ALPHA}
@@ -185,8 +189,12 @@ def test_a_process_serving_its_hand_keeps_its_drained_shard_past_the_hold(
     # The holder drains ALPHA's shard (it holds the shard's claim) and serves one tag a lease,
     # slower than the hold time. The betas wait in its hand, their deadline extended, instead
     # of going back to Pub/Sub: no extra delivery, and no other process can lease them meanwhile
-    # (the claim keeps others off the shard anyway).
-    hold = 1.0
+    # (the claim keeps others off the shard anyway). The hand is kept while leases by oldest tag
+    # come within the hold time of each other: the holder's next lease starts 0.6 holds after
+    # the last began, whatever the other process's lease took (a new process's first lease can
+    # take a second on a loaded emulator, which left the holder's leases further apart than the
+    # hold and its hand given back, as the rule says it is).
+    hold = 2.0
     backend = make_backend(pubsub_hold_seconds=hold)
     holder = Queue("serving", backend)
     other = Queue("serving", make_backend())
@@ -198,11 +206,16 @@ def test_a_process_serving_its_hand_keeps_its_drained_shard_past_the_hold(
     start = time.monotonic()
     served = []
     for _ in older:
+        began = time.monotonic()
         (task,) = holder.lease(60, 10, group_by_tag=True)
         served.append(task.tag)
         holder.delete([task])
-        assert other.lease(60, 10) == []  # the betas stay in the holder's hand
-        time.sleep(hold * 0.6)
+        asked = time.monotonic()
+        found = other.lease(60, 10)
+        took = time.monotonic() - asked
+        # The betas stay in the holder's hand.
+        assert found == [], f"holder: {asked - began:.2f} s, other's lease: {took:.2f} s"
+        time.sleep(max(hold * 0.6 - (time.monotonic() - began), 0.0))
     assert served == older
     assert time.monotonic() - start > 3 * hold
     betas = holder.lease(60, 10, group_by_tag=True)
