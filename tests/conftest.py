@@ -53,10 +53,19 @@ _sent = [0]
 """How many of this process's FIGURES a report has carried."""
 
 
+RERUNS: list[pytest.TestReport] = []
+"""Reports of the attempts pytest-rerunfailures ran again: their failure is printed at the end
+(its own summary names the test only), so a rerun in a CI log can be followed up."""
+RERUN_LINES = 80
+"""Last lines of each rerun attempt's failure printed."""
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for name, value in report.user_properties:
         if name == _FIGURE:
             REPORTED.append(Figure(**value))
+    if report.outcome == "rerun":  # type: ignore[comparison-overlap]
+        RERUNS.append(report)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -64,3 +73,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("fault suite figures (docs/reliability.md)")
         for figure in REPORTED:
             terminalreporter.write_line(figure.line())
+    if RERUNS:
+        terminalreporter.section(
+            "failures that passed on their rerun (README, tests on a loaded host)"
+        )
+        for report in RERUNS:
+            terminalreporter.write_sep("_", f"{report.nodeid} ({report.when})")
+            for line in report.longreprtext.splitlines()[-RERUN_LINES:]:
+                terminalreporter.write_line(line)
