@@ -75,7 +75,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(figure.line())
     if RERUNS:
         terminalreporter.section(
-            "failures that passed on their rerun (README, tests on a loaded host)"
+            "first failures of the tests run again (README, tests on a loaded host)"
         )
         for report in RERUNS:
             terminalreporter.write_sep("_", f"{report.nodeid} ({report.when})")
