@@ -765,9 +765,9 @@ class Dropped:
         local = threading.local()
         answer, unary = layer._answer, layer.unary
 
-        def answered(method: str, request: bytes, context: Any) -> bytes:
+        def answered(method: str, request: bytes, context: Any, *rest: Any) -> bytes:
             local.brought = 0
-            out: bytes = answer(method, request, context)
+            out: bytes = answer(method, request, context, *rest)
             if method.endswith("/Pull"):
                 local.brought = len(_PULL_RESPONSE.FromString(out).received_messages)
             return out

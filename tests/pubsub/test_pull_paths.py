@@ -17,6 +17,7 @@ share of what waits per pull, empty pulls held) would otherwise make it:
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -26,6 +27,7 @@ import pytest
 from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.claims import CLAIM_WAIT
+from pullqueue.adapters.pubsub.hand import EMPTY_BEHIND
 from pullqueue.adapters.pubsub.layout import shard_of
 from pullqueue.adapters.pubsub.pulls import CLAIMANT_POLL
 from tests.pubsub.conftest import backend_behind, service_layer, tags_on_shard_of
@@ -355,6 +357,38 @@ def test_leases_by_oldest_tag_served_from_the_hand_hold_no_pull_their_wait(
     assert {b[0].tag for b in leased} == set(tags)
     # A loaded machine may slow one answer that long (before: [7, 0, 1, 0, 1]).
     assert sum(held_pulls) <= 1, held_pulls
+
+
+def test_leases_from_the_hand_glance_at_subscriptions_found_empty_a_while_ago(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """A lease by oldest tag with tasks in hand probes the subscriptions it has nothing from,
+    for an older task. One found empty less than EMPTY_BEHIND seconds ago is left out; past
+    that, each was probed with a pull held its short wait, in every lease (0.15-0.25 s of a
+    lease served from the hand, for most of a 5,000-task drain at 30 ms round trips). Such a
+    subscription is glanced at now (return_immediately): a task waiting there, older than the
+    hand's, is still found and leased first."""
+    queue = Queue("glanced", backend)
+    tags = tags_on_shard_of("lynx", 4)
+    queue.add([Task(b"t", tag=tag) for tag in tags for _ in range(3)])
+    first = queue.lease(60, 100, group_by_tag=True)  # drains the shard; the rest found empty
+    queue.delete(first)
+    time.sleep(EMPTY_BEHIND + 0.3)
+    wait = backend._pulls._next_wait()
+    with layer.counting() as calls:
+        second = queue.lease(60, 100, group_by_tag=True)
+    queue.delete(second)
+    # An untagged task (the worker subscription's, which needs no shard token), older than
+    # every one in hand: the legacy rule leases it alone.
+    queue.add(Task(b"old", eta=dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)))
+    time.sleep(EMPTY_BEHIND + 0.3)
+    third = queue.lease(60, 100, group_by_tag=True)
+    queue.delete(third)
+    time.sleep(wait + 0.5)  # pulls left running end
+    assert len(second) == 3 and second[0].tag in tags, second
+    # Before: each subscription probed held its wait (6 of them here, at 10 ms).
+    assert calls.lasting("Pull", wait) <= 1, calls.by_method()
+    assert [t.payload for t in third] == [b"old"], third
 
 
 def test_a_fill_up_sees_a_task_of_its_tag_added_after_the_drain(

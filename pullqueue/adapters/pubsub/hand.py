@@ -385,6 +385,12 @@ class Hand:
         with self._lock:
             self._found_empty[source] = time.monotonic()
 
+    def found_empty_once(self, source: str) -> bool:
+        """True when this process found the subscription empty (at any time) and gave it
+        nothing back, nor saw a task of it, since."""
+        with self._lock:
+            return source in self._found_empty
+
     def empty_behind(self, source: str, now: float, *, older: float | None = None) -> bool:
         """True when this process found the subscription empty less than EMPTY_BEHIND seconds
         ago and gave it nothing back since: a task there now came after those in hand. With
@@ -557,14 +563,14 @@ class Hand:
             if k not in grab.unseen:
                 self._claimed.pop(shards[k], None)
 
-    def tokens_to_spare(self) -> bool:
-        """True while this process's last look at the claims subscription saw at least half
-        the queue's shards not held by other processes, counting two more as this one's: it may
-        hold one more shard's token than it needs (a drain beside a drain) without keeping
-        other processes off shards they would serve meanwhile."""
+    def spare_tokens(self) -> int:
+        """How many shard tokens this process may hold beyond the one it needs (drains beside
+        a drain) without keeping other processes off shards they would serve meanwhile: while
+        its last look at the claims subscription saw others hold H of the queue's S shards,
+        S // 2 - H - 1 (others keep at least half the shards, counting this one's as held)."""
         with self._lock:
             elsewhere = len(self._unseen)
-        return elsewhere + 2 <= len(self.topology.shards) // 2
+        return max(len(self.topology.shards) // 2 - elsewhere - 1, 0)
 
     def claimed_elsewhere(self) -> bool:
         """True while another live process is taken to serve tasks this process cannot: it

@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -74,6 +74,9 @@ once they stop."""
 PART_SETTLE = 0.05
 """Least seconds the parts of a pull split into parts are waited for after one brought messages,
 where empty pulls are held (more where answers take longer: a recent answer's time)."""
+DRAIN_WIDE = 4
+"""Most shards a lease by oldest tag drains side by side (the oldest head's and the next ones',
+see PullRounds._beside), where the hand has room and other processes are left half the shards."""
 SIZE_GUESS = 2**20
 """Bytes per message assumed of a subscription nothing was pulled from yet (the legacy limit of
 a task); after a pull, the largest message it brought, or an eighth of the guess before if more."""
@@ -916,11 +919,15 @@ class PullRounds:
             present = {d.subscription for d in hand}
             heads = {s: age for s, age in seen.items() if s not in present}
             taken: set[str] = set()
+            # The oldest in hand of each subscription, kept up as drains add to the hand (it
+            # holds thousands of tasks while a drained shard's tags are served).
+            oldest: dict[str, tuple[float, str]] = {}
+            _oldest_of(hand, oldest)
             while candidates := [
-                (_age(d), d.subscription)
-                for d in hand
-                if d.subscription not in taken and d.subscription not in partial
-            ] + [(age, s) for s, age in heads.items() if s not in taken and s not in partial]:
+                (age, s)
+                for s, age in [*oldest.items(), *heads.items()]
+                if s not in taken and s not in partial
+            ]:
                 source = min(candidates)[1]
                 if source in drained or time.monotonic() >= end:
                     break
@@ -937,21 +944,22 @@ class PullRounds:
                         # hand with parts of subscriptions and lease their tags in parts.
                         partial.add(source)
                         continue
-                    second = (
-                        None
-                        if fresh
-                        else self._beside(queue, source, hand, heads, drained, partial)
+                    beside = (
+                        [] if fresh else self._beside(queue, source, hand, heads, drained, partial)
                     )
-                    if second is None:
+                    if not beside:
                         drains = [
                             (source, *self._drain(queue, topology, source, hand, end, fresh=fresh))
                         ]
                     else:
-                        drains = self._drain_two(queue, topology, (source, second), hand, end)
+                        drains = self._drain_side_by_side(
+                            queue, topology, [source, *beside], hand, end
+                        )
                     for one, found, whole in drains:
                         drained.add(one)
                         heads.pop(one, None)
                         hand += found
+                        _oldest_of(found, oldest)
                         held.drained(one, whole, hand)
                         if not whole:
                             partial.add(one)
@@ -976,86 +984,108 @@ class PullRounds:
         heads: Mapping[str, tuple[float, str]],
         drained: set[str],
         partial: set[str],
-    ) -> str | None:
-        """The shard to drain beside `source` (the oldest task's, about to be drained), or None.
+    ) -> list[str]:
+        """The shards to drain beside `source` (the oldest task's, about to be drained): up to
+        DRAIN_WIDE - 1, oldest head first.
 
         Where empty pulls are held (the service), a drain costs its claim, a pull or two and a
         held part, 0.15-0.45 s at 30 ms round trips, and a process's leases by oldest tag take
-        its hand one at a time: the shard of the next oldest head (one a probe brought, or saw
-        a moment ago and gave back) drained beside it serves that shard's tags from the hand
-        later without a look of their own. Only while the hand has room for two drains as large
-        as any drained to empty yet (each is given half of it) and other processes are left at
-        least half the shards (Hand.tokens_to_spare)."""
+        its hand one at a time: the shards of the next oldest heads (ones a probe brought, or
+        saw a moment ago and gave back) drained beside it serve their tags from the hand later
+        without a look of their own. As many as the hand has room for, each drain given an
+        equal share of it and as large as any drained to empty yet, and as other processes are
+        left at least half the shards (Hand.spare_tokens)."""
         if self.rpc.holds_empty_pulls is not True:
-            return None
+            return []
         held = self._hand(queue)
         size = held.drain_size()
-        if size is None or not held.tokens_to_spare():
-            return None
+        spare = min(held.spare_tokens(), DRAIN_WIDE - 1)
+        if size is None or spare < 1:
+            return []
         room = self.settings.pubsub_hold_max - len(hand)
         room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
-        if 2 * size[0] > room or 2 * size[1] > room_bytes:
-            return None
+        fits = min(room // max(size[0], 1), room_bytes // max(size[1], 1)) - 1
+        if min(spare, fits) < 1:
+            return []
         shards = set(held.topology.shards)
         # A task in hand of a shard drained to empty before is one of its tasks (all of that
         # shard is in hand); a remembered head was given back, its shard not drained since.
         found = [(_age(d), d.subscription) for d in hand if not held.emptied(d.subscription)]
         later = sorted(
-            (age, s)
-            for age, s in found + [(age, s) for s, age in heads.items()]
-            if s != source and s in shards and s not in drained and s not in partial
+            {
+                (age, s)
+                for age, s in found + [(age, s) for s, age in heads.items()]
+                if s != source and s in shards and s not in drained and s not in partial
+            }
         )
-        return later[0][1] if later else None
+        chosen: list[str] = []
+        for _, s in later:
+            if s not in chosen:
+                chosen.append(s)
+        return chosen[: min(spare, fits)]
 
-    def _drain_two(
+    def _drain_side_by_side(
         self,
         queue: str,
         topology: QueueTopology,
-        sources: tuple[str, str],
+        sources: list[str],
         hand: list[Delivery],
         end: float,
     ) -> list[tuple[str, list[Delivery], bool]]:
-        """_drain of two subscriptions side by side, each within half the hand's room: (the
-        subscription, what its drain found, whether whole) of each drained; the second is not
-        when another process holds its shard's claim (asked for beside the first drain). The
-        second runs in a thread of its own: a drain's pulls run in the pull pool, which its
-        threads must not wait on (PubSubRpc.run_each)."""
+        """_drain of several subscriptions side by side, each within an equal share of the
+        hand's room: (the subscription, what its drain found, whether whole) of each drained;
+        one after the first is not when another process holds its shard's claim (asked for
+        in its drain's thread). Those after the first run in threads of their own: a drain's
+        pulls run in the pull pool, which its threads must not wait on (PubSubRpc.run_each)."""
+        share = len(sources)
         room = (
-            (self.settings.pubsub_hold_max - len(hand)) // 2,
-            (self.settings.pubsub_hold_bytes - sum(d.size for d in hand)) // 2,
+            (self.settings.pubsub_hold_max - len(hand)) // share,
+            (self.settings.pubsub_hold_bytes - sum(d.size for d in hand)) // share,
         )
         held = self._hand(queue)
-        outcome: list[tuple[list[Delivery], bool] | BaseException | None] = []
+        outcomes: dict[int, tuple[list[Delivery], bool] | BaseException | None] = {}
 
-        def second() -> None:
+        def other(i: int) -> None:
             try:
-                outcome.append(
-                    self._drain(queue, topology, sources[1], hand, end, room=room)
-                    if held.may_drain(sources[1], defer=True)
+                outcomes[i] = (
+                    self._drain(queue, topology, sources[i], hand, end, room=room)
+                    if held.may_drain(sources[i], defer=True)
                     else None
                 )
             except BaseException as exc:  # raised in the calling thread below
-                outcome.append(exc)
+                outcomes[i] = exc
 
-        beside = threading.Thread(target=second, name="pullqueue-drain-beside", daemon=True)
-        beside.start()
+        threads = [
+            threading.Thread(target=other, args=(i,), name="pullqueue-drain-beside", daemon=True)
+            for i in range(1, share)
+        ]
+        for thread in threads:
+            thread.start()
         try:
             first = self._drain(queue, topology, sources[0], hand, end, room=room)
         except BaseException:
-            # (The first's found tasks are held by _drain.) The second's are held too.
-            beside.join()
-            if outcome and isinstance(outcome[0], tuple):
-                held.hold(outcome[0][0])
+            # (The first's found tasks are held by _drain.) The others' are held too.
+            for thread in threads:
+                thread.join()
+            for outcome in outcomes.values():
+                if isinstance(outcome, tuple):
+                    held.hold(outcome[0])
             raise
-        beside.join()
-        other = outcome[0]
-        if isinstance(other, BaseException):
-            # What the first found goes to the hand with the call's (see _gather).
-            hand += first[0]
-            raise other
+        for thread in threads:
+            thread.join()
         drains = [(sources[0], *first)]
-        if other is not None:
-            drains.append((sources[1], *other))
+        failed: BaseException | None = None
+        for i in range(1, share):
+            outcome = outcomes.get(i)
+            if isinstance(outcome, BaseException):
+                failed = failed or outcome
+            elif outcome is not None:
+                drains.append((sources[i], *outcome))
+        if failed is not None:
+            # What the others found goes to the hand with the call's (see _gather).
+            for _, found, _ in drains:
+                hand += found
+            raise failed
         return drains
 
     def _give_probes_back(
@@ -1209,6 +1239,12 @@ class PullRounds:
             sources = [s for s in sources if s not in shards or s in mine]
         if not sources:
             return []
+        # With a task in hand or a head remembered, where empty pulls are held, a subscription
+        # found empty before (longer than EMPTY_BEHIND ago) is glanced at (one round trip), not
+        # held the short wait (0.15-0.25 s in every lease by oldest tag once a process's drained
+        # shards were found empty, its hand still serving their tags): what waits there now was
+        # published since it was found empty, hence younger, unless given back or redelivered.
+        glances = {s for s in sources if behind and held.found_empty_once(s)}
         began = time.monotonic()
         self._pulled[queue] = began
         # Where empty pulls are held (Pub/Sub), the round answers once probes brought tasks and
@@ -1223,7 +1259,8 @@ class PullRounds:
         # the probes it left running caught tasks added a moment later, and with answers slow on
         # a loaded machine one ran past its deadline and dropped them (hidden until their ack
         # deadline; test_pull_paths' drain-answer test, 1 in 4; docs/pubsub.md).
-        found, _ = self._pull_each(
+        left: list[str] = []
+        found, brought = self._pull_each(
             queue,
             topology,
             sources,
@@ -1237,7 +1274,12 @@ class PullRounds:
             grace=True,
             join=True,
             landed=True,
+            glance=glances,
+            left=left,
         )
+        for source in glances.difference(brought, left):
+            # Found empty again, by a glance: not glanced at again for EMPTY_BEHIND seconds.
+            held.seen_empty(source)
         held_for = time.monotonic() - began
         if (
             not hand
@@ -1729,6 +1771,15 @@ class PullRounds:
 def _age(delivery: Delivery) -> tuple[float, str]:
     """Oldest first: by ETA (else publish time), then name."""
     return (delivery.order, delivery.name)
+
+
+def _oldest_of(deliveries: Iterable[Delivery], oldest: dict[str, tuple[float, str]]) -> None:
+    """Lower `oldest` (subscription -> _age of its oldest delivery) by these deliveries."""
+    for delivery in deliveries:
+        age = (delivery.order, delivery.name)
+        known = oldest.get(delivery.subscription)
+        if known is None or age < known:
+            oldest[delivery.subscription] = age
 
 
 def of_tag(tag: str) -> Wanted:

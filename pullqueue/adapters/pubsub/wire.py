@@ -10,7 +10,7 @@ import datetime as dt
 import re
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from google.pubsub_v1.types import pubsub as pubsub_types
 
@@ -149,16 +149,15 @@ class Delivery:
     """Why attributes of a foreign publisher's message were ignored (each logged once a pull)."""
     set_aside: str | None = None
     """Why no worker may be handed the message (it goes to the dead-letter topic), or None."""
+    size: int = field(init=False, compare=False, repr=False)
+    """Bytes this delivery takes in hand: its payload and attributes (counted once: a lease by
+    oldest tag weighs every held delivery, thousands of them, in each call)."""
+    order: float = field(init=False, compare=False, repr=False)
+    """The sort key of 'oldest first': the ETA when set, else the publish time."""
 
-    @property
-    def size(self) -> int:
-        """Bytes this delivery takes in hand: its payload and attributes."""
-        return len(self.payload) + sum(len(k) + len(v) for k, v in self.attributes.items())
-
-    @property
-    def order(self) -> float:
-        """The sort key of 'oldest first': the ETA when set, else the publish time."""
-        return self.eta if self.eta is not None else self.published
+    def __post_init__(self) -> None:
+        self.size = len(self.payload) + sum(len(k) + len(v) for k, v in self.attributes.items())
+        self.order = self.eta if self.eta is not None else self.published
 
 
 def by_subscription(deliveries: Iterable[Delivery]) -> dict[str, list[Delivery]]:
