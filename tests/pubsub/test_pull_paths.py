@@ -30,9 +30,9 @@ from pullqueue.adapters.pubsub.claims import CLAIM_WAIT
 from pullqueue.adapters.pubsub.hand import EMPTY_BEHIND
 from pullqueue.adapters.pubsub.layout import shard_of
 from pullqueue.adapters.pubsub.pulls import CLAIMANT_POLL
-from tests.pubsub.conftest import backend_behind, service_layer, tags_on_shard_of
+from tests.pubsub.conftest import backend_behind, backend_on, service_layer, tags_on_shard_of
 from tests.pubsub.test_late_pulls import _slow_pulls_of
-from tests.support.realpubsub import RealisticPubSub
+from tests.support.realpubsub import Knobs, RealisticPubSub
 
 RTT = 0.01
 
@@ -389,6 +389,40 @@ def test_leases_from_the_hand_glance_at_subscriptions_found_empty_a_while_ago(
     # Before: each subscription probed held its wait (6 of them here, at 10 ms).
     assert calls.lasting("Pull", wait) <= 1, calls.by_method()
     assert [t.payload for t in third] == [b"old"], third
+
+
+def test_a_subscription_found_empty_before_the_hand_s_oldest_task_is_probed_not_glanced(
+    emulator: str,
+) -> None:
+    """A subscription found empty before the hand's oldest task was published may hold older
+    tasks published since. A glance, which the service may answer empty though tasks wait,
+    missed them and the lease answered a younger task (through the bridge, the Go samples'
+    lease by oldest tag answered the untagged task added last); it is probed with a held pull.
+    Every glance answers empty here, and pulls bring all that waits (no partial pulls), so
+    the one look at the claims subscription sees every token."""
+    knobs = Knobs(rtt=RTT, filters=True, hold_empty=True, cap=True, blind_glances=1.0)
+    with RealisticPubSub(emulator, knobs, seed=11) as blind:
+        backend = backend_on(blind, f"pp-older-{time.monotonic_ns()}")
+        try:
+            queue = Queue("older", backend)
+            first, render, other = _tags_on_shards_apart(3)
+            queue.add(Task(b"f", tag=first))
+            # Its probes find every other subscription empty.
+            queue.delete(queue.lease(60, 100, group_by_tag=True))
+            time.sleep(EMPTY_BEHIND + 0.3)
+            queue.add(Task(b"r", tag=render))
+            queue.add([Task(f"o{i}", tag=other) for i in range(3)])
+            time.sleep(0.05)
+            queue.add(Task(b"u"))  # untagged: the youngest
+            # Pulls the worker subscription too: the untagged task waits in hand.
+            named = queue.lease(60, 100, tag=render, group_by_tag=True)
+            assert [t.payload for t in named] == [b"r"]
+            assert backend._hand("older").count() == 1
+            oldest = queue.lease(60, 100, group_by_tag=True)
+            assert sorted(t.payload for t in oldest) == [b"o0", b"o1", b"o2"], oldest
+            queue.delete(named + oldest)
+        finally:
+            backend.close()
 
 
 def test_a_fill_up_sees_a_task_of_its_tag_added_after_the_drain(

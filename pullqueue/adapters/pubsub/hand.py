@@ -385,11 +385,14 @@ class Hand:
         with self._lock:
             self._found_empty[source] = time.monotonic()
 
-    def found_empty_once(self, source: str) -> bool:
-        """True when this process found the subscription empty (at any time) and gave it
-        nothing back, nor saw a task of it, since."""
+    def found_empty_after(self, source: str, older: float) -> bool:
+        """True when this process found the subscription empty (at any time) after `older` (a
+        task's order, POSIX seconds), and gave it nothing back, nor saw a task of it, since: a
+        task published there since is ordered after `older`; only one given back or delivered
+        again (by another process) may come before it."""
         with self._lock:
-            return source in self._found_empty
+            found = self._found_empty.get(source)
+        return found is not None and older < time.time() - (time.monotonic() - found)
 
     def empty_behind(self, source: str, now: float, *, older: float | None = None) -> bool:
         """True when this process found the subscription empty less than EMPTY_BEHIND seconds

@@ -1240,11 +1240,18 @@ class PullRounds:
         if not sources:
             return []
         # With a task in hand or a head remembered, where empty pulls are held, a subscription
-        # found empty before (longer than EMPTY_BEHIND ago) is glanced at (one round trip), not
-        # held the short wait (0.15-0.25 s in every lease by oldest tag once a process's drained
-        # shards were found empty, its hand still serving their tags): what waits there now was
-        # published since it was found empty, hence younger, unless given back or redelivered.
-        glances = {s for s in sources if behind and held.found_empty_once(s)}
+        # found empty after the oldest of those (longer than EMPTY_BEHIND ago) is glanced at
+        # (one round trip), not held the short wait (0.15-0.25 s in every lease by oldest tag
+        # once a process's drained shards were found empty, its hand still serving their
+        # tags): what waits there now was published since it was found empty, hence younger,
+        # unless given back or delivered again. One found empty before that oldest task was
+        # published may hold older tasks, published since: probed as before (a glance may miss
+        # a task published a moment ago).
+        glances = (
+            {s for s in sources if held.found_empty_after(s, oldest)}
+            if behind and oldest is not None
+            else set()
+        )
         began = time.monotonic()
         self._pulled[queue] = began
         # Where empty pulls are held (Pub/Sub), the round answers once probes brought tasks and

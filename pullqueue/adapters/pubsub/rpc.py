@@ -175,9 +175,13 @@ class PubSubRpc:
         self._pull_caps: dict[str, int] = {}
         """Subscription -> most messages a pull asks for, after an answer over the receive limit."""
         self._answer_seconds: float | None = None
-        self.holds_empty_pulls: bool | None = None
+        self.holds_empty_pulls: bool | None = None if host else True
         """True when the last pull that found nothing was held to its deadline (Pub/Sub), False
-        when it was answered empty (the emulator), None before any pull found nothing."""
+        when it was answered empty (the emulator). Before any pull found nothing: True on
+        Pub/Sub itself, which holds an empty pull until a message comes or near its deadline
+        (a process's first leases then pull as its later ones do, rather than wait for every
+        pull of their round), None on an emulator host (the emulator answers at once; a layer
+        in front of it may hold)."""
         self.emulated = host is not None
         """The clients talk to PUBSUB_EMULATOR_HOST (never Pub/Sub itself)."""
         self._executor: ThreadPoolExecutor | None = None
