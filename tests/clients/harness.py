@@ -318,12 +318,17 @@ def _pubsub(*, layer: bool = False) -> Backend:
     with ExitStack() as stack:
         if layer:
             stack.enter_context(shared_layer(host).as_emulator())
-        return PubSubBackend(
+        backend = PubSubBackend(
             f"clients-{uuid.uuid4().hex[:10]}",
             settings=Settings(),
             auto_create=True,
             names=MemoryNameRegistry(),
         )
+    if layer and shared_layer(host).knobs.hold_empty:
+        # As a client of Pub/Sub itself starts: it takes empty pulls as held (off an emulator
+        # host, PubSubRpc.holds_empty_pulls), which the layer's host hides from it.
+        backend.rpc.holds_empty_pulls = True
+    return backend
 
 
 def _short_wait(seconds: float) -> None:
