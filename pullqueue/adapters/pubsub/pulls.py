@@ -945,7 +945,9 @@ class PullRounds:
                         partial.add(source)
                         continue
                     beside = (
-                        [] if fresh else self._beside(queue, source, hand, heads, drained, partial)
+                        []
+                        if fresh
+                        else self._beside(queue, source, hand, oldest, heads, drained, partial)
                     )
                     if not beside:
                         drains = [
@@ -981,12 +983,14 @@ class PullRounds:
         queue: str,
         source: str,
         hand: list[Delivery],
+        oldest: Mapping[str, tuple[float, str]],
         heads: Mapping[str, tuple[float, str]],
         drained: set[str],
         partial: set[str],
     ) -> list[str]:
         """The shards to drain beside `source` (the oldest task's, about to be drained): up to
-        DRAIN_WIDE - 1, oldest head first.
+        DRAIN_WIDE - 1, oldest head first (`oldest`: the oldest in `hand` of each subscription,
+        as _gather keeps it; `heads`: the first tasks probes saw a moment ago and gave back).
 
         Where empty pulls are held (the service), a drain costs its claim, a pull or two and a
         held part, 0.15-0.45 s at 30 ms round trips, and a process's leases by oldest tag take
@@ -1004,25 +1008,21 @@ class PullRounds:
             return []
         room = self.settings.pubsub_hold_max - len(hand)
         room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
-        fits = min(room // max(size[0], 1), room_bytes // max(size[1], 1)) - 1
-        if min(spare, fits) < 1:
+        most = min(spare, min(room // max(size[0], 1), room_bytes // max(size[1], 1)) - 1)
+        if most < 1:
             return []
         shards = set(held.topology.shards)
         # A task in hand of a shard drained to empty before is one of its tasks (all of that
         # shard is in hand); a remembered head was given back, its shard not drained since.
-        found = [(_age(d), d.subscription) for d in hand if not held.emptied(d.subscription)]
+        firsts = {s: age for s, age in oldest.items() if not held.emptied(s)}
+        for s, age in heads.items():
+            firsts[s] = min(firsts.get(s, age), age)
         later = sorted(
-            {
-                (age, s)
-                for age, s in found + [(age, s) for s, age in heads.items()]
-                if s != source and s in shards and s not in drained and s not in partial
-            }
+            (age, s)
+            for s, age in firsts.items()
+            if s != source and s in shards and s not in drained and s not in partial
         )
-        chosen: list[str] = []
-        for _, s in later:
-            if s not in chosen:
-                chosen.append(s)
-        return chosen[: min(spare, fits)]
+        return [s for _, s in later[:most]]
 
     def _drain_side_by_side(
         self,
@@ -1783,7 +1783,7 @@ def _age(delivery: Delivery) -> tuple[float, str]:
 def _oldest_of(deliveries: Iterable[Delivery], oldest: dict[str, tuple[float, str]]) -> None:
     """Lower `oldest` (subscription -> _age of its oldest delivery) by these deliveries."""
     for delivery in deliveries:
-        age = (delivery.order, delivery.name)
+        age = _age(delivery)
         known = oldest.get(delivery.subscription)
         if known is None or age < known:
             oldest[delivery.subscription] = age
