@@ -85,7 +85,10 @@ def run_batched_workers(
     gave back unleased. The workers are told nothing of the count: the label says it."""
     tasks = [Task(b"x", name=f"t{i}", tag=f"tag-{i % tags}") for i in range(tags * per_tag)]
     random.Random(seed).shuffle(tasks)
-    options: dict[str, Any] = {"accept_duplicate_names": True}
+    # The producer's calls may take as long as the Google client's own publish timeout (60 s):
+    # CI saw one publish of this setup go unanswered for the default 10 s, twice in a row, on a
+    # loaded host; the workers below keep the default.
+    options: dict[str, Any] = {"accept_duplicate_names": True, "pubsub_rpc_timeout": 60.0}
     if shards is not None:
         options["pubsub_shards"] = shards
     producer = Queue("batched", make_backend(**options))
