@@ -363,6 +363,7 @@ class PullRounds:
                 spread=True,
                 any_answer=True,
                 grace=True,
+                graced_parts=True,
                 left=left,
             )
             empty = not picked and not found
@@ -385,6 +386,7 @@ class PullRounds:
                         spread=True,
                         any_answer=True,
                         grace=True,
+                        graced_parts=True,
                         wait=max(wait, NEXT_PULL_LEAST) if empty else None,
                         left=left,
                     )
@@ -462,6 +464,7 @@ class PullRounds:
                     spread=True,
                     cut=False,
                     grace=True,
+                    graced_parts=True,
                     left=left,
                 )
             except Error:
@@ -1313,6 +1316,7 @@ class PullRounds:
         cut: bool = True,
         any_answer: bool = False,
         grace: bool = False,
+        graced_parts: bool = False,
         wait: float | None = None,
         join: bool = False,
         landed: bool = False,
@@ -1332,10 +1336,12 @@ class PullRounds:
         is sent with DROP_GRACE seconds more than its wait, and the round waits for it no longer
         than the wait: an answer later than that is left running into the hand (settle_flights)
         rather than dropped in transfer at its deadline, its messages hidden until their ack
-        deadline. `wait` replaces a patient pull's wait (the pull wait). `join` (a lease by
-        tag's probes, drains and fill-ups): a source with such a pull running is not pulled
-        but joined (_join), so the round sees what that pull brings; with `landed` (probes
-        and drains, whose caller took every task in hand) also one whose tasks are in the hand.
+        deadline; with `graced_parts` (a plain lease's) so are the parts of a pull split side
+        by side, each waited for no longer than the wait (_pull). `wait` replaces a patient
+        pull's wait (the pull wait). `join` (a lease by tag's probes, drains and fill-ups):
+        a source with such a pull running is not pulled but joined (_join), so the round sees
+        what that pull brings; with `landed` (probes and drains, whose caller took every task
+        in hand) also one whose tasks are in the hand.
         The sources of `glance` are pulled with `immediately` (never joined), and one that
         brings nothing is not marked found empty (only a held pull finds that).
         `settle` (a drain's pulls): a pull split into parts does not wait for parts held empty
@@ -1382,6 +1388,7 @@ class PullRounds:
                 beside=beside,
                 # Not held, so waited for with the grace too: a late answer is not dropped.
                 grace=DROP_GRACE if source in glance else extra,
+                graced_parts=graced_parts,
                 wait=wait,
                 immediately=source in glance,
                 split=split,
@@ -1554,6 +1561,7 @@ class PullRounds:
         spread: bool = False,
         beside: int = 1,
         grace: float = 0.0,
+        graced_parts: bool = False,
         wait: float | None = None,
         immediately: bool = False,
         split: bool = True,
@@ -1601,14 +1609,19 @@ class PullRounds:
         # pull running out of its round, and waited for those (126 ms and 13 calls a lease and
         # delete at 30 ms, 85 ms and 7 without).
         settled = settle and parts > 1 and self.rpc.holds_empty_pulls is True
+        wait = max(min(wait, remaining), 0.05)
         results, failure = self.rpc.pull_many(
             source,
             sizes,
             queue=queue,
-            wait=max(min(wait, remaining), 0.05),
-            # Parts side by side are waited for together: one found empty would be held the
-            # grace too.
-            grace=grace if parts == 1 else 0.0,
+            wait=wait,
+            # A plain lease's parts side by side get the grace too (`graced_parts`), but are
+            # waited for no longer than the wait: a part held empty to its wait would keep the
+            # round the grace more, and one sent without it loses an answer that comes at its
+            # deadline (its messages hidden for their ack deadline: a lease of 1,000 through the
+            # layer got 350-999 of 1,099). Those of a lease by tag are waited for together.
+            grace=grace if parts == 1 or graced_parts else 0.0,
+            until=wait if grace and parts > 1 and graced_parts else None,
             budget=max(remaining, 0.05),
             # The answers of pulls side by side share the link: each is given the time of them
             # all to arrive (a subscription's first pull asks for one message).

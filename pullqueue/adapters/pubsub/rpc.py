@@ -339,6 +339,7 @@ class PubSubRpc:
         grace: float = 0.0,
         immediately: bool = False,
         settle: float | None = None,
+        until: float | None = None,
         late: Callable[[list[Any] | None], None] | None = None,
         pending_hook: Callable[[int], None] | None = None,
     ) -> tuple[list[list[Any]], Error | None]:
@@ -354,6 +355,8 @@ class PubSubRpc:
         count as having brought nothing; `pending_hook` is told how many were left running
         (before this returns), and `late` gets what each brings when it ends (None when it
         failed: the failure is logged, a failed pull brought nothing).
+        With `until`, no pull is waited for longer than that many seconds (pulls sent with a
+        grace beyond their wait: one held empty is left running, its answer to `late`).
         """
         if len(sizes) == 1:
             answer = self.pull(
@@ -381,8 +384,8 @@ class PubSubRpc:
             )
             for size in sizes
         ]
-        if settle is not None and late is not None:
-            return self._settled(futures, settle, late, pending_hook)
+        if (settle is not None or until is not None) and late is not None:
+            return self._settled(futures, settle, until, late, pending_hook)
         results: list[list[Any]] = []
         failure: Error | None = None
         for future in futures:
@@ -395,17 +398,22 @@ class PubSubRpc:
     @staticmethod
     def _settled(
         futures: list[Future[list[Any]]],
-        settle: float,
+        settle: float | None,
+        until: float | None,
         late: Callable[[list[Any] | None], None],
         pending_hook: Callable[[int], None] | None,
     ) -> tuple[list[list[Any]], Error | None]:
-        """pull_many's answers with `settle` (see there)."""
+        """pull_many's answers with `settle` or `until` (see there)."""
         results: list[list[Any]] = [[] for _ in futures]
         failure: Error | None = None
         pending = set(range(len(futures)))
         first: float | None = None
+        cap = None if until is None else time.monotonic() + until
         while pending:
-            timeout = None if first is None else max(first + settle - time.monotonic(), 0.0)
+            ends = [] if cap is None else [cap]
+            if first is not None and settle is not None:
+                ends.append(first + settle)
+            timeout = max(min(ends) - time.monotonic(), 0.0) if ends else None
             done, _ = wait(
                 [futures[i] for i in pending], timeout=timeout, return_when=FIRST_COMPLETED
             )
