@@ -1,5 +1,6 @@
-"""Session-wide test hooks: which tests share one xdist worker, and the fault suite's figures,
-printed at the end of every run (sent from the workers with each test's report)."""
+"""Session-wide test hooks: which tests share one xdist worker, the fault suite's figures printed
+at the end of every run (sent from the workers with each test's report), and what the stall watch
+saw, with each failure and at the end."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import asdict
 
 import pytest
 
+from tests.support import stallwatch
 from tests.support.faultreport import FIGURES, Figure
 
 ONE_AT_A_TIME = (
@@ -42,6 +44,13 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    if call.when == "setup":
+        item.stash[_BEGAN] = call.start
+    if report.failed:
+        # Whether the host froze or the emulator answered late while the test ran (CI has seen
+        # emulator calls unanswered for 10 s): printed with the failure.
+        began = item.stash.get(_BEGAN, call.start)
+        report.sections.append(("stall watch", stallwatch.describe(began, call.stop)))
     # A figure recorded in this phase travels with its report (xdist sends user_properties).
     for figure in FIGURES[_sent[0] :]:
         report.user_properties.append((_FIGURE, asdict(figure)))
@@ -51,6 +60,25 @@ def pytest_runtest_makereport(
 
 _sent = [0]
 """How many of this process's FIGURES a report has carried."""
+_BEGAN = pytest.StashKey[float]()
+"""When (wall clock) the test's setup began."""
+STALLS: list[str] = []
+"""The stall watch's longest events, per process that watched an emulator (xdist workers send
+theirs when they finish)."""
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    worst = [line for w in stallwatch.WATCHES for line in w.worst()]
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["stalls"] = worst
+    else:
+        STALLS.extend(worst)
+
+
+def pytest_testnodedown(node: object, error: object) -> None:
+    """(pytest-xdist) A worker finished: keep what its stall watch saw."""
+    STALLS.extend(getattr(node, "workeroutput", {}).get("stalls", []))
 
 
 RERUNS: list[pytest.TestReport] = []
@@ -81,3 +109,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_sep("_", f"{report.nodeid} ({report.when})")
             for line in report.longreprtext.splitlines()[-RERUN_LINES:]:
                 terminalreporter.write_line(line)
+            for name, content in report.sections:
+                if name == "stall watch":
+                    terminalreporter.write_line(f"-- {name} --")
+                    terminalreporter.write_line(content)
+    terminalreporter.section("stall watch (the longest waits on the host and the emulator)")
+    for line in STALLS or ["nothing over a second"]:
+        terminalreporter.write_line(line)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from pullqueue.listen import free_port
+from tests.support import stallwatch
 
 
 @dataclass
@@ -113,4 +114,6 @@ def shared_emulator_host(kind: str) -> str:
         _shared[kind] = emulator
         atexit.register(emulator.stop)
         os.environ[env] = emulator.host
+        if kind == "pubsub":
+            stallwatch.watch(emulator.host, emulator.process.pid)
     return _shared[kind].host

@@ -1,0 +1,158 @@
+"""A watch on the test host and the session's Pub/Sub emulator, printed with a failing test.
+
+CI has seen calls to the emulator go unanswered for 10 s while the same tests pass here: a failing
+test's report says whether the host froze, the emulator answered a probe late, and which
+processes of this worker were alive, so such a failure can be told from a defect.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import grpc
+import psutil
+from google.api_core import exceptions as gexc
+from google.pubsub_v1 import PublisherClient
+from google.pubsub_v1.services.publisher.transports import PublisherGrpcTransport
+
+PERIOD = 1.0
+"""Seconds between two probes of the emulator (and two looks at the host)."""
+NOTABLE = 1.0
+"""A probe answered after this many seconds, or a sleep overshooting it, is recorded."""
+PROBE_TIMEOUT = 60.0
+"""Seconds a probe waits for the emulator's answer."""
+KEPT = 2000
+"""Events kept (the oldest go first)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something notable the watch saw: `at` (wall clock) it began and lasted `seconds`."""
+
+    at: float
+    seconds: float
+    what: str
+
+    def line(self) -> str:
+        stamp = time.strftime("%H:%M:%S", time.gmtime(self.at))
+        return f"{stamp} UTC +{self.seconds:.1f} s: {self.what}"
+
+
+class StallWatch:
+    """A daemon thread probing the emulator at `host` with a call of its own connection, and
+    timing its own sleeps (a host that froze overshoots them)."""
+
+    def __init__(self, host: str, emulator_pid: int | None) -> None:
+        self.host = host
+        self._emulator = psutil.Process(emulator_pid) if emulator_pid else None
+        self._events: deque[Event] = deque(maxlen=KEPT)
+        self._probing: float | None = None
+        self._lock = threading.Lock()
+        # A connection of its own (not shared with the tests' clients through gRPC's global
+        # subchannel pool): a stall of the tests' connection alone shows as the tests' failure,
+        # not here.
+        channel = grpc.insecure_channel(host, options=[("grpc.use_local_subchannel_pool", 1)])
+        self._client = PublisherClient(transport=PublisherGrpcTransport(channel=channel))
+        threading.Thread(target=self._run, name="stall-watch", daemon=True).start()
+
+    def _run(self) -> None:
+        topic = "projects/stall-watch/topics/none"
+        while True:
+            began, wall = time.monotonic(), time.time()
+            cpu = self._emulator_cpu()
+            with self._lock:
+                self._probing = wall
+            try:
+                self._client.get_topic(topic=topic, timeout=PROBE_TIMEOUT, retry=None)
+                outcome = "answered"
+            except gexc.NotFound:
+                outcome = "answered"
+            except Exception as exc:  # any failure is what the watch reports
+                outcome = f"failed ({type(exc).__name__}: {str(exc)[:120]})"
+            took = time.monotonic() - began
+            with self._lock:
+                self._probing = None
+            if took >= NOTABLE or outcome != "answered":
+                used = self._emulator_cpu()
+                busy = (
+                    f", the emulator used {used - cpu:.1f} s of CPU meanwhile"
+                    if used is not None and cpu is not None
+                    else ""
+                )
+                self._add(Event(wall, took, f"an emulator probe {outcome}{busy}"))
+            rest = max(PERIOD - took, 0.05)
+            slept_from, wall = time.monotonic(), time.time()
+            time.sleep(rest)
+            over = time.monotonic() - slept_from - rest
+            if over >= NOTABLE:
+                self._add(Event(wall, over, f"a sleep of {rest:.2f} s overshot (the host froze)"))
+
+    def _emulator_cpu(self) -> float | None:
+        if self._emulator is None:
+            return None
+        try:
+            total = 0.0
+            for process in [self._emulator, *self._emulator.children(recursive=True)]:
+                times = process.cpu_times()
+                total += times.user + times.system
+            return total
+        except psutil.Error:
+            return None
+
+    def _add(self, event: Event) -> None:
+        with self._lock:
+            self._events.append(event)
+
+    def between(self, start: float, stop: float) -> list[str]:
+        """Lines for the events that overlapped [start, stop] (wall clock), and a probe still
+        unanswered."""
+        with self._lock:
+            events = list(self._events)
+            probing = self._probing
+        lines = [e.line() for e in events if e.at <= stop and e.at + e.seconds >= start]
+        if probing is not None and time.time() - probing >= NOTABLE:
+            lines.append(f"a probe unanswered for {time.time() - probing:.1f} s so far")
+        return lines
+
+    def worst(self) -> list[str]:
+        """The five longest events of the session."""
+        with self._lock:
+            events = sorted(self._events, key=lambda e: -e.seconds)[:5]
+        return [e.line() for e in events]
+
+
+WATCHES: list[StallWatch] = []
+"""The watches of this process (one per emulator it started)."""
+
+
+def watch(host: str, emulator_pid: int | None) -> None:
+    """Start watching the emulator at `host` (its process, when this process started it)."""
+    WATCHES.append(StallWatch(host, emulator_pid))
+
+
+def describe(start: float, stop: float) -> str:
+    """What the watches saw between start and stop, the load, and this process's children."""
+    lines: list[str] = []
+    for w in WATCHES:
+        seen = w.between(start, stop)
+        lines.append(f"emulator {w.host}: " + ("nothing notable" if not seen else ""))
+        lines += [f"  {line}" for line in seen]
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines.append(f"load average: {load}")
+    try:
+        children = psutil.Process().children(recursive=True)
+        alive = []
+        for child in children:
+            try:
+                alive.append(f"  {child.pid} {' '.join(child.cmdline())[:160]}")
+            except psutil.Error:
+                continue
+        lines.append(f"processes of this test process ({len(alive)}):")
+        lines += alive
+    except psutil.Error:
+        pass
+    return "\n".join(lines)
