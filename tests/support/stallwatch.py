@@ -135,24 +135,32 @@ def watch(host: str, emulator_pid: int | None) -> None:
 
 
 def describe(start: float, stop: float) -> str:
-    """What the watches saw between start and stop, the load, and this process's children."""
+    """What the watches saw between start and stop, the load, and the processes using each
+    watched emulator (this process's children or not: one left running by an earlier test, its
+    parent gone, still pulls)."""
     lines: list[str] = []
     for w in WATCHES:
         seen = w.between(start, stop)
         lines.append(f"emulator {w.host}: " + ("nothing notable" if not seen else ""))
         lines += [f"  {line}" for line in seen]
+        users = _users(w.host)
+        lines.append(f"  other processes using it ({len(users)}):")
+        lines += [f"    {user}" for user in users]
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     lines.append(f"load average: {load}")
-    try:
-        children = psutil.Process().children(recursive=True)
-        alive = []
-        for child in children:
-            try:
-                alive.append(f"  {child.pid} {' '.join(child.cmdline())[:160]}")
-            except psutil.Error:
-                continue
-        lines.append(f"processes of this test process ({len(alive)}):")
-        lines += alive
-    except psutil.Error:
-        pass
     return "\n".join(lines)
+
+
+def _users(host: str) -> list[str]:
+    """The processes but this one whose PUBSUB_EMULATOR_HOST is `host`: pid, age, command."""
+    me, now, found = os.getpid(), time.time(), []
+    for process in psutil.process_iter(["pid", "create_time"]):
+        try:
+            if process.pid == me or process.environ().get("PUBSUB_EMULATOR_HOST") != host:
+                continue
+            age = now - process.info["create_time"]
+            command = " ".join(process.cmdline())[:160]
+            found.append(f"{process.pid} ({age:.0f} s old) {command}")
+        except psutil.Error:
+            continue
+    return found
