@@ -114,6 +114,7 @@ def shared_emulator_host(kind: str) -> str:
         _shared[kind] = emulator
         atexit.register(emulator.stop)
         os.environ[env] = emulator.host
+        stallwatch.EMULATORS.append(emulator.process.pid)
         if kind == "pubsub":
             stallwatch.watch(emulator.host, emulator.process.pid)
     return _shared[kind].host

@@ -127,6 +127,8 @@ class StallWatch:
 
 WATCHES: list[StallWatch] = []
 """The watches of this process (one per emulator it started)."""
+EMULATORS: list[int] = []
+"""Processes of the emulators this process started (theirs are not listed as users)."""
 
 
 def watch(host: str, emulator_pid: int | None) -> None:
@@ -153,10 +155,17 @@ def describe(start: float, stop: float) -> str:
 
 def _users(host: str) -> list[str]:
     """The processes but this one whose PUBSUB_EMULATOR_HOST is `host`: pid, age, command."""
-    me, now, found = os.getpid(), time.time(), []
+    skipped = {os.getpid()}
+    for pid in EMULATORS:
+        try:
+            root = psutil.Process(pid)
+            skipped |= {root.pid, *(c.pid for c in root.children(recursive=True))}
+        except psutil.Error:
+            continue
+    now, found = time.time(), []
     for process in psutil.process_iter(["pid", "create_time"]):
         try:
-            if process.pid == me or process.environ().get("PUBSUB_EMULATOR_HOST") != host:
+            if process.pid in skipped or process.environ().get("PUBSUB_EMULATOR_HOST") != host:
                 continue
             age = now - process.info["create_time"]
             command = " ".join(process.cmdline())[:160]
