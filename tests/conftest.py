@@ -67,13 +67,22 @@ STALLS: list[str] = []
 theirs when they finish)."""
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # A test run again (pytest-rerunfailures counts its runs) starts once the emulator answers
+    # promptly: CI saw a stall outlast a test, its rerun two seconds later, and the next test.
+    if getattr(item, "execution_count", 1) > 1:
+        waited = stallwatch.await_responsive()
+        if waited >= stallwatch.NOTABLE:
+            STALLS.append(f"{item.nodeid}: its rerun waited {waited:.1f} s for the emulator")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    worst = [line for w in stallwatch.WATCHES for line in w.worst()]
+    worst = STALLS + [line for w in stallwatch.WATCHES for line in w.worst()]
     output = getattr(session.config, "workeroutput", None)
     if output is not None:
         output["stalls"] = worst
     else:
-        STALLS.extend(worst)
+        STALLS[:] = worst
 
 
 def pytest_testnodedown(node: object, error: object) -> None:

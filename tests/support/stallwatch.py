@@ -107,6 +107,25 @@ class StallWatch:
         with self._lock:
             self._events.append(event)
 
+    def responsive(self, timeout: float) -> float:
+        """Seconds spent waiting (at most `timeout`) until a probe is answered within NOTABLE
+        seconds: a test run again after a failure starts on an emulator that answers."""
+        began = time.monotonic()
+        while time.monotonic() - began < timeout:
+            sent = time.monotonic()
+            try:
+                self._client.get_topic(
+                    topic="projects/stall-watch/topics/none", timeout=NOTABLE, retry=None
+                )
+            except gexc.NotFound:
+                pass
+            except Exception:  # unanswered in time, or refused: look again
+                time.sleep(0.2)
+                continue
+            if time.monotonic() - sent < NOTABLE:
+                break
+        return time.monotonic() - began
+
     def between(self, start: float, stop: float) -> list[str]:
         """Lines for the events that overlapped [start, stop] (wall clock), and a probe still
         unanswered."""
@@ -173,3 +192,13 @@ def _users(host: str) -> list[str]:
         except psutil.Error:
             continue
     return found
+
+
+RESPONSIVE_WAIT = 120.0
+"""Seconds a test run again waits at most for its emulators to answer promptly."""
+
+
+def await_responsive() -> float:
+    """Wait until every watched emulator answers a probe within NOTABLE seconds (at most
+    RESPONSIVE_WAIT each): the seconds waited."""
+    return sum(w.responsive(RESPONSIVE_WAIT) for w in WATCHES)
