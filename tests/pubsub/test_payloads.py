@@ -221,15 +221,19 @@ def test_a_held_delivery_keeps_its_payload_not_its_whole_pull_answer(
     while len(answer) < 8 and time.monotonic() < give_up:
         answer += backend.rpc.pull(shard, 8, queue="kept", wait=1, budget=5)
     deliveries = [decode(shard, item, time.time()) for item in answer]
-    kept = deliveries[0]
+    kept = deliveries[:3]
     del answer, deliveries
-    assert len(kept.payload) == 1000 * KB
-    # What the one delivery keeps alive is what letting it go gives back (measured over a
-    # moment, so other threads of the process hardly move the figure).
-    held = _malloced()
-    del kept
-    freed = held - _malloced()
-    assert 900 * KB <= freed < 3 * 2**20, freed
+    assert all(len(d.payload) == 1000 * KB for d in kept)
+    # What one delivery keeps alive is what letting it go gives back (measured over a moment;
+    # the median of three, so another thread of the process freeing memory in one of those
+    # moments does not move the figure: CI once measured 3,429,904 bytes for one). Were the
+    # whole answer kept alive by each, the first two would free nothing and the last 8 MB.
+    freed = []
+    while kept:
+        held = _malloced()
+        kept.pop()
+        freed.append(held - _malloced())
+    assert 900 * KB <= sorted(freed)[1] < 3 * 2**20, freed
 
 
 def _deadlines(backend: Any) -> list[tuple[int, float, bool]]:
