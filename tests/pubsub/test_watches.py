@@ -59,9 +59,14 @@ def test_leases_from_a_stocked_hand_make_no_pull_in_their_turn(
     first = queue.lease(60, 100, group_by_tag=True)  # drains the shard: every tag in hand
     assert [t.tag for t in first] == [tags[0]] * 5
     queue.delete(first)
-    # The first look's probes of empty subscriptions, left running, end at the pull wait: then
-    # the process knows the server holds empty pulls (until then a fill-up pulls as before).
-    time.sleep(1.5)
+    # The first look's probes of empty subscriptions end at the pull wait (waited for, or left
+    # running): then the process knows the server holds empty pulls (until then a fill-up pulls
+    # as before). Waited for no longer: EMPTY_BEHIND (2 s) after they found their subscriptions
+    # empty, a lease glances at them again by design, and a fixed sleep of 1.5 s after a lease
+    # whose tail was slow crossed it (CI and here: [11, 0, 0, 0], the glances and a claims pull).
+    known = time.monotonic() + 3
+    while backend.rpc.holds_empty_pulls is not True and time.monotonic() < known:
+        time.sleep(0.02)
     assert backend.rpc.holds_empty_pulls is True
     made = []
     for tag in tags[1:5]:
