@@ -1,8 +1,8 @@
 """A watch on the test host and the session's Pub/Sub emulator, printed with a failing test.
 
 CI has seen calls to the emulator go unanswered for 10 s while the same tests pass here: a failing
-test's report says whether the host froze, the emulator answered a probe late, and which
-processes of this worker were alive, so such a failure can be told from a defect.
+test's report says whether the host froze, the emulator answered a probe late, and which other
+processes were using the emulator, so such a failure can be told from a defect.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ PROBE_TIMEOUT = 60.0
 """Seconds a probe waits for the emulator's answer."""
 KEPT = 2000
 """Events kept (the oldest go first)."""
+PROBED = "projects/stall-watch/topics/none"
+"""The topic a probe asks for (none such: the emulator answers NOT_FOUND)."""
 
 
 @dataclass(frozen=True)
@@ -59,20 +61,23 @@ class StallWatch:
         self._client = PublisherClient(transport=PublisherGrpcTransport(channel=channel))
         threading.Thread(target=self._run, name="stall-watch", daemon=True).start()
 
+    def _probe(self, timeout: float) -> str:
+        """One call to the emulator (a topic that does not exist): "answered", or what failed."""
+        try:
+            self._client.get_topic(topic=PROBED, timeout=timeout, retry=None)
+        except gexc.NotFound:
+            pass
+        except Exception as exc:  # any failure is what the watch reports
+            return f"failed ({type(exc).__name__}: {str(exc)[:120]})"
+        return "answered"
+
     def _run(self) -> None:
-        topic = "projects/stall-watch/topics/none"
         while True:
             began, wall = time.monotonic(), time.time()
             cpu = self._emulator_cpu()
             with self._lock:
                 self._probing = wall
-            try:
-                self._client.get_topic(topic=topic, timeout=PROBE_TIMEOUT, retry=None)
-                outcome = "answered"
-            except gexc.NotFound:
-                outcome = "answered"
-            except Exception as exc:  # any failure is what the watch reports
-                outcome = f"failed ({type(exc).__name__}: {str(exc)[:120]})"
+            outcome = self._probe(PROBE_TIMEOUT)
             took = time.monotonic() - began
             with self._lock:
                 self._probing = None
@@ -113,13 +118,7 @@ class StallWatch:
         began = time.monotonic()
         while time.monotonic() - began < timeout:
             sent = time.monotonic()
-            try:
-                self._client.get_topic(
-                    topic="projects/stall-watch/topics/none", timeout=NOTABLE, retry=None
-                )
-            except gexc.NotFound:
-                pass
-            except Exception:  # unanswered in time, or refused: look again
+            if self._probe(NOTABLE) != "answered":  # unanswered in time, or refused
                 time.sleep(0.2)
                 continue
             if time.monotonic() - sent < NOTABLE:
