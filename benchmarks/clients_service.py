@@ -4,8 +4,11 @@ pulls, filters, held empty pulls, the 600 s cap), in one run.
 
 Each scenario (tests/clients/scenarios.py: the client's adds, its cron or worker calls, the
 tasks left) runs --runs times on each; printed per scenario: the median seconds bare and on the
-layer, their ratio (the target is <= 2x), and per legacy call the median calls to Pub/Sub and
-seconds it took on the layer (what to look at when a ratio misses). Usage:
+layer, their ratio (the target is <= 2x), the scenario's queue API calls (adds included), the
+floor (bare seconds plus one round trip per such call: the legacy service took a round trip per
+call, so no backend can do better through the layer) and the layer's seconds against it, and per
+legacy call the median calls to Pub/Sub and seconds it took on the layer (what to look at when a
+ratio misses). Usage:
 
     python benchmarks/clients_service.py [--rtt-ms 10] [--runs 3] [--scenarios NAME ...]
 
@@ -44,14 +47,23 @@ def main(argv: list[str] | None = None) -> None:
         f"layer: {args.rtt_ms:g} ms round trips, partial pulls, filters, held empty pulls, cap;"
         f" medians of {args.runs} runs"
     )
-    print(f"{'scenario':22} {'bare s':>8} {'layer s':>8} {'ratio':>6}  target <= 2x")
+    print(
+        f"{'scenario':22} {'bare s':>8} {'layer s':>8} {'ratio':>6} {'calls':>6}"
+        f" {'floor s':>8} {'/floor':>7}  (target: ratio <= 2x)"
+    )
     slowest: dict[str, list[str]] = {}
     for name in names:
         bare = [timed_scenario(name, "pubsub").seconds for _ in range(args.runs)]
         layered = [timed_scenario(name, "layer") for _ in range(args.runs)]
         b = statistics.median(bare)
         lay = statistics.median(t.seconds for t in layered)
-        print(f"{name:22} {b:8.2f} {lay:8.2f} {lay / b:6.1f}", flush=True)
+        calls = round(statistics.median(t.legacy_calls for t in layered))
+        floor = b + calls * args.rtt_ms / 1000
+        print(
+            f"{name:22} {b:8.2f} {lay:8.2f} {lay / b:6.1f} {calls:6d} {floor:8.2f}"
+            f" {lay / floor:7.1f}",
+            flush=True,
+        )
         per_call = layered[len(layered) // 2].per_call()
         slowest[name] = [
             f"    {call:42} x{n:<3} {calls:6.1f} calls {seconds * 1000:8.0f} ms each"

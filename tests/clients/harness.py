@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import time
 import types
 import uuid
@@ -92,6 +93,9 @@ class Run:
     logs: list[tuple[str, str]] = field(default_factory=list)
     checking: float = 0.0
     """Seconds the scenario spent checking what the client left (not the client's time)."""
+    legacy_calls: int = 0
+    """Calls of the queue API the client and the scenario made (a `Task.add` is one; the
+    library's own inner calls are not counted): each is a round trip to the legacy service."""
 
     def advance(self, seconds: float) -> None:
         """Let seconds pass (on the fake clock; on real time, a short wait)."""
@@ -150,23 +154,36 @@ def _recording(queue_class: type, run: Run) -> Iterator[None]:
     """Wrap the Queue class's methods so every call is recorded (restored afterwards)."""
     saved = {name: queue_class.__dict__[name] for name in RECORDED if name in queue_class.__dict__}
 
+    depth = threading.local()
+
     def wrap(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if not sys._getframe(1).f_code.co_filename.startswith(str(PORTED)):
-                return original(self, *args, **kwargs)  # the library's own inner calls
-            entry = Call(name, _args(name, args, kwargs), ("pending", None), time.monotonic())
-            run.calls.append(entry)
+            outer = getattr(depth, "n", 0) == 0
+            run.legacy_calls += outer
+            depth.n = getattr(depth, "n", 0) + 1
             try:
-                result = original(self, *args, **kwargs)
-            except Exception as exc:
-                entry.outcome = ("error", type(exc).__name__)
-                raise
+                if not sys._getframe(1).f_code.co_filename.startswith(str(PORTED)):
+                    return original(self, *args, **kwargs)  # the scenario's, or inner calls
+                return _recorded(name, original, self, args, kwargs)
             finally:
-                entry.ended = time.monotonic()
-            entry.outcome = ("ok", _outcome(name, result))
-            return result
+                depth.n -= 1
 
         return recorded
+
+    def _recorded(
+        name: str, original: Callable[..., Any], self: Any, args: Any, kwargs: Any
+    ) -> Any:
+        entry = Call(name, _args(name, args, kwargs), ("pending", None), time.monotonic())
+        run.calls.append(entry)
+        try:
+            result = original(self, *args, **kwargs)
+        except Exception as exc:
+            entry.outcome = ("error", type(exc).__name__)
+            raise
+        finally:
+            entry.ended = time.monotonic()
+        entry.outcome = ("ok", _outcome(name, result))
+        return result
 
     for name, original in saved.items():
         setattr(queue_class, name, wrap(name, original))

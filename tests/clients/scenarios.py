@@ -25,9 +25,10 @@ def _left_in_queue(run: Run, queue: str) -> list[tuple[Any, ...]]:
     """The tasks still in the queue once the client is done (leased here, not recorded)."""
     began = time.monotonic()
     run.advance(7200)
-    calls = len(run.calls)
+    calls, legacy = len(run.calls), run.legacy_calls
     left = run.taskqueue.Queue(queue).lease_tasks(60, 1000)
     del run.calls[calls:]
+    run.legacy_calls = legacy
     run.checking += time.monotonic() - began
     return sorted((t.tag, t.payload) for t in left)
 

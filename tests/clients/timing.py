@@ -29,6 +29,8 @@ class Timed:
     outputs: dict[str, Any]
     calls: list[Call]
     pubsub_calls: list[tuple[float, float]] = field(default_factory=list)
+    legacy_calls: int = 0
+    """Queue API calls in the timed part (harness.Run.legacy_calls)."""
 
     def per_call(self) -> dict[str, tuple[int, float, float]]:
         """Legacy call pattern -> (how many, median Pub/Sub calls begun during it, median
@@ -84,4 +86,4 @@ def timed_scenario(name: str, backend: str) -> Timed:
         outputs = drive(run)
         seconds = time.monotonic() - began - run.checking
         spans = [(c.start, c.end) for c in seen._calls] if seen is not None else []
-    return Timed(name, backend, seconds, outputs, list(run.calls), spans)
+    return Timed(name, backend, seconds, outputs, list(run.calls), spans, run.legacy_calls)
