@@ -113,6 +113,9 @@ class Worker:
         self._cond = threading.Condition()
         self._pending = 0
         self._running = 0
+        self._settling = 0
+        """Batches whose handlers ended, being deleted and released (not handler capacity: the
+        next lease runs beside their deletes)."""
         self._retry_due = 0.0
         self._keeper = LeaseKeeper(queue.backend.now, self.lease_seconds)
         self._threads: list[threading.Thread] = []
@@ -241,7 +244,8 @@ class Worker:
             now = time.monotonic()
             with self._cond:
                 # Failed tasks waiting out their retry delay are work left: not idle yet.
-                busy = self._pending + self._running > 0 or now < self._retry_due
+                busy = self._pending + self._running + self._settling > 0
+                busy = busy or now < self._retry_due
             if busy:
                 idle_since = None
             elif idle_since is None:
@@ -323,6 +327,7 @@ class Worker:
                 self._pending -= 1
                 self._running += 1
             batch, task = item
+            last = False
             try:
                 if self._stopping.is_set() or batch.settled:
                     self._cancel(batch, task)
@@ -331,10 +336,20 @@ class Worker:
                 else:
                     self._handle_task(batch, task)
             finally:
-                self._close_item(batch)
+                last = self._close_item(batch)
                 with self._cond:
+                    # The handler's capacity is free once it ended: the next lease runs while
+                    # this batch's delete (a round trip) is in flight, not after it.
                     self._running -= 1
+                    self._settling += last
                     self._cond.notify_all()
+            if last:
+                try:
+                    self._settle(batch)
+                finally:
+                    with self._cond:
+                        self._settling -= 1
+                        self._cond.notify_all()
 
     def _timed(self, started: float, error: BaseException | None) -> None:
         attributes = self._metric_attributes
@@ -435,16 +450,21 @@ class Worker:
         released = batch.release(batch.tasks if task is None else [task], reason="stopping")
         self.stats.add(released=released)
 
-    def _close_item(self, batch: LeasedBatch) -> None:
+    def _close_item(self, batch: LeasedBatch) -> bool:
+        """One item of `batch` ended: True when it was the last (the batch is to settle)."""
         with batch.lock:
             batch.open_items -= 1
             last = batch.open_items == 0
         if last:
             self._keeper.untrack(batch)
-            if not self._aborted.is_set():
-                batch.settle()
-                with self._cond:
-                    self._retry_due = max(self._retry_due, batch.retry_due)
+        return last
+
+    def _settle(self, batch: LeasedBatch) -> None:
+        """Delete what the batch's handlers finished, release what failed (unless aborted)."""
+        if not self._aborted.is_set():
+            batch.settle()
+            with self._cond:
+                self._retry_due = max(self._retry_due, batch.retry_due)
 
     # -- shutdown ----------------------------------------------------------------------------
 

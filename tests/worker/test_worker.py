@@ -426,3 +426,40 @@ def test_a_task_deleted_by_someone_else_meanwhile_is_reported(
     warning = next(r.getMessage() for r in caplog.records if "already_deleted" in r.getMessage())
     assert "tasks=t00001 count=1" in warning
     assert queue.stats().tasks == 0
+
+
+def test_the_next_lease_runs_while_a_batch_is_being_deleted() -> None:
+    """A delete is a round trip on Pub/Sub; the next lease does not wait for it (one thread
+    leasing and deleting in turn spent about half its time on deletes), and the worker still
+    returns only once every delete ended."""
+
+    class SlowDeletes(ScriptedBackend):
+        def __init__(self) -> None:
+            super().__init__()
+            self.deletes: list[tuple[float, float]] = []
+
+        def delete(self, queue: str, tasks: Sequence[Task]) -> list[bool]:
+            began = time.monotonic()
+            time.sleep(0.2)
+            try:
+                return super().delete(queue, tasks)
+            finally:
+                self.deletes.append((began, time.monotonic()))
+
+    backend = SlowDeletes()
+    queue = new_queue(backend)
+    names = fill(queue, 30)
+    handler = Recorder()
+    stats = Worker(queue, handler, batch_size=10, concurrency=1, exit_when_idle=0.1, **FAST).run(
+        handle_signals=False
+    )
+    assert sorted(handler.names) == names
+    assert (stats.processed, stats.delete_failures) == (30, 0)
+    assert queue.stats().tasks == 0
+    assert len(backend.deletes) == 3
+    # Each delete but the last had the next lease begin while it ran.
+    overlapped = [
+        any(began < at < ended for at in backend.lease_times)
+        for began, ended in backend.deletes[:-1]
+    ]
+    assert all(overlapped), (backend.deletes, backend.lease_times)
