@@ -13,13 +13,15 @@ import os
 import random
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
 
 from pullqueue import Queue, Task
-from tests.pubsub.conftest import MakeBackend
+from tests.pubsub.conftest import MakeBackend, backend_on
 from tests.support.processes import run_together
+from tests.support.realpubsub import Knobs, RealisticPubSub
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,6 +34,7 @@ _WORKER = textwrap.dedent(
     from pullqueue.compat import taskqueue
 
     project, out, index, threads = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    plain = sys.argv[5:] == ["plain"]
     backend = PubSubBackend(project, settings=Settings(), auto_create=True)
     queue = taskqueue.Queue("first-empty", backend)
     backend.topology("first-empty")
@@ -42,7 +45,12 @@ _WORKER = textwrap.dedent(
 
     def work():
         try:
-            while batch := queue.lease_tasks_by_tag(60, 1000):
+            lease = (
+                (lambda: queue.lease_tasks(60, 100))
+                if plain
+                else (lambda: queue.lease_tasks_by_tag(60, 1000))
+            )
+            while batch := lease():
                 queue.delete_tasks(batch)
                 with lock:
                     batches.append([[t.payload.decode(), t.tag] for t in batch])
@@ -73,10 +81,14 @@ def add_pairs(queue: Queue, pairs: list[tuple[str, str]]) -> None:
         queue.add([Task(p.encode(), tag=tag) for p, tag in pairs[start : start + 100]])
 
 
-def worker_commands(project: str, out: Path, processes: int, threads: int) -> list[list[str]]:
-    """The commands of `processes` workers of `threads` threads each (see _WORKER)."""
+def worker_commands(
+    project: str, out: Path, processes: int, threads: int, *, plain: bool = False
+) -> list[list[str]]:
+    """The commands of `processes` workers of `threads` threads each (see _WORKER), leasing by
+    oldest tag, or with `plain` lease_tasks(60, 100)."""
     return [
         [sys.executable, "-c", _WORKER, project, str(out), str(n), str(threads)]
+        + (["plain"] if plain else [])
         for n in range(processes)
     ]
 
@@ -118,3 +130,38 @@ def test_processes_that_stop_at_their_first_empty_lease_leave_nothing_behind(
     assert left == [], f"{len(left)} left behind"
     assert len(leased) == len(set(leased))  # none twice
     assert all(len({tag for _, tag in batch}) == 1 for batch in batches)  # no mixed batch
+
+
+def test_plain_leases_through_the_service_layer_that_stop_at_their_first_empty_one_leave_nothing(
+    emulator: str, tmp_path: Path
+) -> None:
+    """Plain `lease_tasks(60, 100)` in 2 processes x 2 threads through a layer answering like the
+    service at 30 ms (partial pulls, held empty pulls, filters): each thread stops at its first
+    empty lease. A plain lease's later rounds glance (a glance may find nothing while tasks
+    wait), so an answer of [] must still rest on a patient pull of every subscription: nothing
+    is left behind, nothing is leased twice. Tagged and untagged tasks, on every shard and the
+    worker subscription."""
+    processes, threads = 2, 2
+    pairs = tagged_pairs(1200, 60, seed=13)
+    untagged = [f"u{i}" for i in range(300)]
+    with RealisticPubSub(emulator, Knobs.service(0.03), seed=17) as layer:
+        project = f"plain-empty-{uuid.uuid4().hex[:12]}"
+        producer = backend_on(layer, project)
+        try:
+            queue = Queue("first-empty", producer)
+            add_pairs(queue, pairs)
+            for start in range(0, len(untagged), 100):
+                queue.add([Task(p.encode()) for p in untagged[start : start + 100]])
+            run_together(
+                worker_commands(project, tmp_path, processes, threads, plain=True),
+                tmp_path,
+                cwd=REPO,
+                env={**os.environ, "PUBSUB_EMULATOR_HOST": layer.address},
+                timeout=300,
+            )
+        finally:
+            producer.close()
+    leased = [payload for batch in reported_batches(tmp_path, processes) for payload, _ in batch]
+    left = sorted(({p for p, _ in pairs} | set(untagged)) - set(leased))
+    assert left == [], f"{len(left)} of {len(pairs) + len(untagged)} left behind"
+    assert len(leased) == len(set(leased))  # none twice
