@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> None:
         layered = [timed_scenario(name, "layer") for _ in range(args.runs)]
         b = statistics.median(bare)
         lay = statistics.median(t.seconds for t in layered)
-        calls = round(statistics.median(t.legacy_calls for t in layered))
-        floor = b + calls * args.rtt_ms / 1000
+        queue_calls = round(statistics.median(t.legacy_calls for t in layered))
+        floor = b + queue_calls * args.rtt_ms / 1000
         print(
-            f"{name:22} {b:8.2f} {lay:8.2f} {lay / b:6.1f} {calls:6d} {floor:8.2f}"
+            f"{name:22} {b:8.2f} {lay:8.2f} {lay / b:6.1f} {queue_calls:6d} {floor:8.2f}"
             f" {lay / floor:7.1f}",
             flush=True,
         )

@@ -327,7 +327,6 @@ class Worker:
                 self._pending -= 1
                 self._running += 1
             batch, task = item
-            last = False
             try:
                 if self._stopping.is_set() or batch.settled:
                     self._cancel(batch, task)

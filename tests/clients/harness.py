@@ -158,9 +158,9 @@ def _recording(queue_class: type, run: Run) -> Iterator[None]:
 
     def wrap(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
-            outer = getattr(depth, "n", 0) == 0
-            run.legacy_calls += outer
-            depth.n = getattr(depth, "n", 0) + 1
+            inside = getattr(depth, "n", 0)
+            run.legacy_calls += inside == 0
+            depth.n = inside + 1
             try:
                 if not sys._getframe(1).f_code.co_filename.startswith(str(PORTED)):
                     return original(self, *args, **kwargs)  # the scenario's, or inner calls
