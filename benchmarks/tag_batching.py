@@ -30,7 +30,9 @@ processes' start. `--shards N`: the Pub/Sub queue is provisioned with N shard to
 `--rtt-ms MS`: a realistic layer (tests/support/realpubsub.py, `Knobs.service(MS / 1000)`: that
 round trip, partial pulls, filters, held empty pulls, the 600 s cap) is put in front of the
 emulator, and every client goes through it: the workers and `pullqueue work` processes (their
-PUBSUB_EMULATOR_HOST is the layer's address), and this process's adds and recovery. `--raw` adds
+PUBSUB_EMULATOR_HOST is the layer's address), and this process's adds and recovery; the workers'
+adapters take empty pulls as held from the start, as a client of Pub/Sub itself does (the
+layer's emulator host would hide that: their first looks waited a pull wait). `--raw` adds
 a row `raw`: the raw google-cloud-pubsub SubscriberClient in the same P processes x H threads
 looping pull(max_messages=100, timeout 2 s) + acknowledge on ONE subscription that holds the same
 tasks (published beforehand with the raw PublisherClient, untimed), until the acks counted across
@@ -587,6 +589,10 @@ def worker_main(
     else:
         backend = PubSubBackend(project, settings=Settings(), auto_create=True)
         backend.topology(QUEUE)
+        if os.environ.get(AS_SERVICE):
+            # As a client of Pub/Sub itself starts: it takes empty pulls as held (off an
+            # emulator host, PubSubRpc.holds_empty_pulls), which the layer's host hides from it.
+            backend.rpc.holds_empty_pulls = True
         calls = count_calls(backend.rpc, ["pull", "modify", "ack", "publish", "seek"])
     Path(tmp, f"ready-{index}").write_text("")
     while not Path(tmp, "go").exists():
@@ -693,6 +699,9 @@ def peak_resident() -> float:
 
 
 SAMPLE_MALLOC = "TAGBENCH_SAMPLE_MALLOC"
+AS_SERVICE = "TAGBENCH_AS_SERVICE"
+"""Set while the realistic layer is on: worker processes start their adapter as off an emulator
+host (tests/clients/harness.py does the same)."""
 """Set in a worker's environment when it samples malloc's bytes in use (`in use MB`)."""
 SAMPLE_MALLOC_FROM = 10_000
 """Payload bytes from which workers sample malloc: a thread waking every 2 ms in each of 32
@@ -849,11 +858,13 @@ def main(argv: list[str] | None = None) -> None:
         # shared_emulator_host pointed the variable at the emulator: the layer forwards there,
         # and every client made from now on (here and in the workers) goes through the layer.
         os.environ["PUBSUB_EMULATOR_HOST"] = layer.address
+        os.environ[AS_SERVICE] = "1"
     try:
         run_all(args, host, layer, Dropped(layer) if layer is not None else None)
     finally:
         if layer is not None:
             os.environ["PUBSUB_EMULATOR_HOST"] = host
+            os.environ.pop(AS_SERVICE, None)
             layer.close()
 
 
