@@ -14,7 +14,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
@@ -498,31 +498,6 @@ class Hand:
             if outcome is not Claim.TAKEN:
                 self._claimed.pop(source, None)
         return outcome is not Claim.TAKEN
-
-    def ask_claims(self, sources: Sequence[str]) -> set[str]:
-        """Ask for the claims of several shards in one look at the claims subscription (a
-        pull, and a glance when it won none), the tokens not kept going back with the look's
-        release: the shards asked for and not won, taken to be other processes' for the rest
-        of the look. Fewer than two not held: asks nothing (may_drain claims one). Empty when
-        the queue has no tokens at all (each is asked for as before, and drained unclaimed).
-
-        A look whose oldest candidates are the remembered heads of shards other processes
-        took since asked for them one claim after another, two round trips each in the hand's
-        turn: 12 in one lease (0.9 s) in a fleet of 2 x 4 at 30 ms round trips."""
-        topology = self.topology
-        holding = self._claims.holding(self.queue)
-        wanted = {topology.shards.index(s) for s in sources if s in topology.shards} - holding
-        if len(wanted) < 2:
-            return set()
-        grab = self._claims.grab(
-            self.queue, topology.claims, topology.claims_topic, wanted, defer=True
-        )
-        if grab.no_tokens:
-            return set()
-        with self._lock:
-            self._note_won(grab.won, time.monotonic())
-            self._note_free(grab)
-        return {topology.shards[k] for k in wanted - grab.won}
 
     def holds_claim(self, source: str) -> bool:
         """True unless `source` is a shard whose token this process does not hold."""

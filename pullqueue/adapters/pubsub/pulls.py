@@ -946,9 +946,6 @@ class PullRounds:
             present = {d.subscription for d in hand}
             heads = {s: age for s, age in seen.items() if s not in present}
             taken: set[str] = set()
-            # Shards whose claims this look asked for together, and those of them not won.
-            asked: set[str] = set()
-            passed: set[str] = set()
             # The oldest in hand of each subscription, kept up as drains add to the hand (it
             # holds thousands of tasks while a drained shard's tags are served).
             oldest: dict[str, tuple[float, str]] = {}
@@ -961,16 +958,6 @@ class PullRounds:
                 source = min(candidates)[1]
                 if source in drained or time.monotonic() >= end:
                     break
-                if not fresh and source not in asked and not held.holds_claim(source):
-                    # The claims of the next oldest candidates at once (Hand.ask_claims): those
-                    # not won are passed over in this look, not asked for one by one.
-                    group = [
-                        s
-                        for _, s in sorted(candidates)
-                        if s not in asked and s not in drained and not held.holds_claim(s)
-                    ][:DRAIN_WIDE]
-                    passed |= held.ask_claims(group)
-                    asked.update(group)
                 drained.add(source)
                 remembered = heads.pop(source, None) is not None
                 # Unless remembered, the oldest came from `hand`, so it holds tasks of `source`.
@@ -978,7 +965,7 @@ class PullRounds:
                     # Drained to empty in an earlier call and given nothing back since: what
                     # came later is younger than what is in hand from it.
                     continue
-                if source not in passed and held.may_drain(source, defer=True):
+                if held.may_drain(source, defer=True):
                     if held.no_room_for(source, hand, partial):
                         # Serve what is whole in hand first; draining this now would fill the
                         # hand with parts of subscriptions and lease their tags in parts.
@@ -987,9 +974,7 @@ class PullRounds:
                     beside = (
                         []
                         if fresh
-                        else self._beside(
-                            queue, source, hand, oldest, heads, drained | passed, partial
-                        )
+                        else self._beside(queue, source, hand, oldest, heads, drained, partial)
                     )
                     if not beside:
                         drains = [
