@@ -136,6 +136,44 @@ def test_the_layer_applies_filters_partial_pulls_holds_and_the_cap(
         subscriber.transport.close()  # type: ignore[no-untyped-call]
 
 
+def test_a_pull_for_more_than_the_emulator_answers_brings_up_to_its_share(
+    layer: RealisticPubSub,
+) -> None:
+    # The emulator answers at most 100 messages a pull; the service up to the 1000 asked for.
+    # The layer's partial pull is a share of what was asked, filled past 100 by further pulls
+    # of the emulator, and never more than was asked.
+    from google.auth.credentials import AnonymousCredentials
+    from google.pubsub_v1 import PublisherClient, SubscriberClient
+
+    with layer.as_emulator():
+        publisher = PublisherClient(credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+        subscriber = SubscriberClient(credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+    project = f"projects/lay-{uuid.uuid4().hex[:8]}"
+    try:
+        topic = publisher.create_topic(name=f"{project}/topics/layer-many").name
+        sub = subscriber.create_subscription(
+            request={"name": f"{project}/subscriptions/layer-many", "topic": topic}
+        ).name
+        for _ in range(10):
+            publisher.publish(topic=topic, messages=[{"data": b"x"}] * 100)
+        sizes: list[int] = []
+        ids: set[str] = set()
+        while sum(sizes) < 1000:
+            got = subscriber.pull(
+                request={"subscription": sub, "max_messages": 1000}, timeout=5
+            ).received_messages
+            sizes.append(len(got))
+            ids.update(m.message.message_id for m in got)
+            subscriber.acknowledge(
+                request={"subscription": sub, "ack_ids": [m.ack_id for m in got]}
+            )
+        assert sum(sizes) == len(ids) == 1000, sizes
+        assert max(sizes) > 100 and len(sizes) > 1, sizes
+    finally:
+        publisher.transport.close()  # type: ignore[no-untyped-call]
+        subscriber.transport.close()  # type: ignore[no-untyped-call]
+
+
 def test_a_delete_over_many_subscriptions_is_one_round(
     layer: RealisticPubSub, backend: PubSubBackend
 ) -> None:

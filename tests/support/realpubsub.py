@@ -41,6 +41,8 @@ MAX_ACK_DEADLINE = 600
 _UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 _POLL = 0.02
 """Seconds between the emulator pulls behind one held empty pull."""
+EMULATOR_PULL_MOST = 100
+"""Most messages the emulator answers one pull with, whatever is asked (the service: 1000)."""
 
 
 @dataclass
@@ -50,7 +52,8 @@ class Knobs:
     rtt: float = 0.0
     """Seconds of one round trip: half before the emulator sees a call, half for its answer."""
     partial: bool = False
-    """A pull asks the emulator for a random share (1..all) of the messages it asked for."""
+    """A pull asks the emulator for a random share (1..all) of the messages it asked for, and
+    brings up to that share: past the emulator's 100 a pull, in further pulls of it."""
     filters: bool = False
     """Subscription filters are applied: a message that fails one is acked, never delivered."""
     hold_empty: bool = False
@@ -427,12 +430,9 @@ class RealisticPubSub:
         held = False
         while True:
             answer = _PULL_RESPONSE.FromString(self._forward(method, request, context))
-            messages = list(answer.received_messages)
-            if predicate is not None:
-                rejected = [m for m in messages if not predicate(dict(m.message.attributes))]
-                if rejected:
-                    self._settle(pull.subscription, [m.ack_id for m in rejected], None)
-                    messages = [m for m in messages if predicate(dict(m.message.attributes))]
+            messages = self._screened(pull.subscription, list(answer.received_messages), predicate)
+            if knobs.partial and len(answer.received_messages) == EMULATOR_PULL_MOST:
+                messages += self._rest(method, pull, context, predicate)
             if messages or not knobs.hold_empty or pull.return_immediately:
                 if messages and knobs.slow_answers and knobs.slow_only in pull.subscription:
                     time.sleep(knobs.slow_answers)
@@ -450,6 +450,43 @@ class RealisticPubSub:
                 # deadline itself gRPC's own cancel can reach the client first, as CANCELLED).
                 context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
             time.sleep(_POLL)
+
+    def _screened(
+        self, subscription: str, messages: list[Any], predicate: Predicate | None
+    ) -> list[Any]:
+        """The messages the subscription's filter accepts; the rejected acknowledged."""
+        if predicate is None:
+            return messages
+        rejected = [m for m in messages if not predicate(dict(m.message.attributes))]
+        if rejected:
+            self._settle(subscription, [m.ack_id for m in rejected], None)
+        return [m for m in messages if predicate(dict(m.message.attributes))]
+
+    def _rest(
+        self,
+        method: str,
+        pull: Any,
+        context: grpc.ServicerContext,
+        predicate: Predicate | None,
+    ) -> list[Any]:
+        """After an answer of EMULATOR_PULL_MOST messages to a pull that asked for more: the
+        rest of what it asked for, in further pulls of the emulator while each comes back full
+        (the service answers up to 1000 messages in one pull; the emulator at most 100)."""
+        messages: list[Any] = []
+        left = pull.max_messages - EMULATOR_PULL_MOST
+        while left > 0:
+            ask = _PULL()
+            ask.CopyFrom(pull)
+            ask.max_messages = left
+            answer = _PULL_RESPONSE.FromString(
+                self._forward(method, ask.SerializeToString(), context)
+            )
+            got = list(answer.received_messages)
+            messages += self._screened(pull.subscription, got, predicate)
+            left -= len(got)
+            if len(got) < EMULATOR_PULL_MOST:
+                break
+        return messages
 
     def _settle(self, subscription: str, ack_ids: list[str], seconds: int | None) -> None:
         """Ack (None) or set the deadline of ids behind the client's back (not counted)."""
