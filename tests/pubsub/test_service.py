@@ -34,6 +34,23 @@ def backend(layer: RealisticPubSub) -> Iterator[PubSubBackend]:
     yield from backend_behind(layer, "svc")
 
 
+LayerClients = tuple[Any, Any, str]
+
+
+@pytest.fixture
+def layer_clients(layer: RealisticPubSub) -> Iterator[LayerClients]:
+    """Plain Google clients through the layer, and a project path no other test uses."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.pubsub_v1 import PublisherClient, SubscriberClient
+
+    with layer.as_emulator():
+        publisher = PublisherClient(credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+        subscriber = SubscriberClient(credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
+    yield publisher, subscriber, f"projects/lay-{uuid.uuid4().hex[:8]}"
+    publisher.transport.close()
+    subscriber.transport.close()
+
+
 @pytest.fixture
 def make_layer_backend(layer: RealisticPubSub) -> Iterator[Callable[[str], PubSubBackend]]:
     """Another process's backend on a project, through the layer."""
@@ -74,7 +91,7 @@ def plain_pairs(
 
 
 def test_the_layer_applies_filters_partial_pulls_holds_and_the_cap(
-    layer: RealisticPubSub,
+    layer_clients: LayerClients,
 ) -> None:
     predicate = parse_filter(
         'NOT attributes:tag OR (attributes.tag != "a" AND attributes.tag != "b")'
@@ -82,96 +99,73 @@ def test_the_layer_applies_filters_partial_pulls_holds_and_the_cap(
     assert predicate({}) and predicate({"tag": "c"}) and not predicate({"tag": "a"})
     assert parse_filter('hasPrefix(attributes.tag, "x-")')({"tag": "x-1"})
     from google.api_core import exceptions as gexc
-    from google.auth.credentials import AnonymousCredentials
-    from google.pubsub_v1 import PublisherClient, SubscriberClient
 
-    with layer.as_emulator():
-        publisher = PublisherClient(credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
-        subscriber = SubscriberClient(credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
-    project = f"projects/lay-{uuid.uuid4().hex[:8]}"
-    try:
-        topic = publisher.create_topic(name=f"{project}/topics/layer-topic").name
-        sub = subscriber.create_subscription(
+    publisher, subscriber, project = layer_clients
+    topic = publisher.create_topic(name=f"{project}/topics/layer-topic").name
+    sub = subscriber.create_subscription(
+        request={
+            "name": f"{project}/subscriptions/layer-a",
+            "topic": topic,
+            "filter": 'attributes.tag = "a"',
+        }
+    ).name
+    with pytest.raises(gexc.InvalidArgument):
+        subscriber.create_subscription(
             request={
-                "name": f"{project}/subscriptions/layer-a",
+                "name": f"{project}/subscriptions/layer-b",
                 "topic": topic,
-                "filter": 'attributes.tag = "a"',
+                "ack_deadline_seconds": 601,
             }
-        ).name
-        with pytest.raises(gexc.InvalidArgument):
-            subscriber.create_subscription(
-                request={
-                    "name": f"{project}/subscriptions/layer-b",
-                    "topic": topic,
-                    "ack_deadline_seconds": 601,
-                }
-            )
-        publisher.publish(
-            topic=topic,
-            messages=[{"data": b"x", "attributes": {"tag": "ab"[i % 2]}} for i in range(40)],
         )
-        sizes: list[int] = []
-        while sum(sizes) < 20:
-            answer = subscriber.pull(request={"subscription": sub, "max_messages": 20}, timeout=2)
-            got = answer.received_messages
-            assert {m.message.attributes["tag"] for m in got} == {"a"}
-            sizes.append(len(got))
-            ids = [m.ack_id for m in got]
-            subscriber.acknowledge(request={"subscription": sub, "ack_ids": ids})
-            with pytest.raises(gexc.InvalidArgument):
-                subscriber.modify_ack_deadline(
-                    request={"subscription": sub, "ack_ids": ids, "ack_deadline_seconds": 601}
-                )
-        # Partial pulls (a share of the 20 asked for; the layer's seed is fixed), and the "b"
-        # copies never came.
-        assert sum(sizes) == 20 and len(sizes) > 1, sizes
-        began = time.monotonic()
-        with pytest.raises(gexc.DeadlineExceeded):
-            subscriber.pull(
-                request={"subscription": sub, "max_messages": 10}, timeout=0.5, retry=None
+    publisher.publish(
+        topic=topic,
+        messages=[{"data": b"x", "attributes": {"tag": "ab"[i % 2]}} for i in range(40)],
+    )
+    sizes: list[int] = []
+    while sum(sizes) < 20:
+        answer = subscriber.pull(request={"subscription": sub, "max_messages": 20}, timeout=2)
+        got = answer.received_messages
+        assert {m.message.attributes["tag"] for m in got} == {"a"}
+        sizes.append(len(got))
+        ids = [m.ack_id for m in got]
+        subscriber.acknowledge(request={"subscription": sub, "ack_ids": ids})
+        with pytest.raises(gexc.InvalidArgument):
+            subscriber.modify_ack_deadline(
+                request={"subscription": sub, "ack_ids": ids, "ack_deadline_seconds": 601}
             )
-        assert time.monotonic() - began >= 0.45  # held to the deadline
-    finally:
-        publisher.transport.close()  # type: ignore[no-untyped-call]
-        subscriber.transport.close()  # type: ignore[no-untyped-call]
+    # Partial pulls (a share of the 20 asked for; the layer's seed is fixed), and the "b"
+    # copies never came.
+    assert sum(sizes) == 20 and len(sizes) > 1, sizes
+    began = time.monotonic()
+    with pytest.raises(gexc.DeadlineExceeded):
+        subscriber.pull(request={"subscription": sub, "max_messages": 10}, timeout=0.5, retry=None)
+    assert time.monotonic() - began >= 0.45  # held to the deadline
 
 
 def test_a_pull_for_more_than_the_emulator_answers_brings_up_to_its_share(
-    layer: RealisticPubSub,
+    layer_clients: LayerClients,
 ) -> None:
     # The emulator answers at most 100 messages a pull; the service up to the 1000 asked for.
     # The layer's partial pull is a share of what was asked, filled past 100 by further pulls
     # of the emulator, and never more than was asked.
-    from google.auth.credentials import AnonymousCredentials
-    from google.pubsub_v1 import PublisherClient, SubscriberClient
-
-    with layer.as_emulator():
-        publisher = PublisherClient(credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
-        subscriber = SubscriberClient(credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
-    project = f"projects/lay-{uuid.uuid4().hex[:8]}"
-    try:
-        topic = publisher.create_topic(name=f"{project}/topics/layer-many").name
-        sub = subscriber.create_subscription(
-            request={"name": f"{project}/subscriptions/layer-many", "topic": topic}
-        ).name
-        for _ in range(10):
-            publisher.publish(topic=topic, messages=[{"data": b"x"}] * 100)
-        sizes: list[int] = []
-        ids: set[str] = set()
-        while sum(sizes) < 1000:
-            got = subscriber.pull(
-                request={"subscription": sub, "max_messages": 1000}, timeout=5
-            ).received_messages
-            sizes.append(len(got))
-            ids.update(m.message.message_id for m in got)
-            subscriber.acknowledge(
-                request={"subscription": sub, "ack_ids": [m.ack_id for m in got]}
-            )
-        assert sum(sizes) == len(ids) == 1000, sizes
-        assert max(sizes) > 100 and len(sizes) > 1, sizes
-    finally:
-        publisher.transport.close()  # type: ignore[no-untyped-call]
-        subscriber.transport.close()  # type: ignore[no-untyped-call]
+    publisher, subscriber, project = layer_clients
+    topic = publisher.create_topic(name=f"{project}/topics/layer-many").name
+    sub = subscriber.create_subscription(
+        request={"name": f"{project}/subscriptions/layer-many", "topic": topic}
+    ).name
+    for _ in range(10):
+        publisher.publish(topic=topic, messages=[{"data": b"x"}] * 100)
+    sizes: list[int] = []
+    ids: set[str] = set()
+    while sum(sizes) < 1000:
+        got = subscriber.pull(
+            request={"subscription": sub, "max_messages": 1000}, timeout=5
+        ).received_messages
+        sizes.append(len(got))
+        ids.update(m.message.message_id for m in got)
+        subscriber.acknowledge(request={"subscription": sub, "ack_ids": [m.ack_id for m in got]})
+    assert sum(sizes) == len(ids) == 1000, sizes
+    assert max(sizes) > 100 and len(sizes) > 1, sizes
 
 
 def test_a_delete_over_many_subscriptions_is_one_round(
