@@ -580,6 +580,7 @@ def worker_main(
     from pullqueue import Settings
     from pullqueue.adapters.pubsub import PubSubBackend
     from pullqueue.compat import taskqueue
+    from tests.support.realpubsub import AS_SERVICE_ENV, start_as_on_the_service
 
     backend = subscriber = None
     if mode == "raw":
@@ -589,10 +590,8 @@ def worker_main(
     else:
         backend = PubSubBackend(project, settings=Settings(), auto_create=True)
         backend.topology(QUEUE)
-        if os.environ.get(AS_SERVICE):
-            # As a client of Pub/Sub itself starts: it takes empty pulls as held (off an
-            # emulator host, PubSubRpc.holds_empty_pulls), which the layer's host hides from it.
-            backend.rpc.holds_empty_pulls = True
+        if os.environ.get(AS_SERVICE_ENV):
+            start_as_on_the_service(backend.rpc)
         calls = count_calls(backend.rpc, ["pull", "modify", "ack", "publish", "seek"])
     Path(tmp, f"ready-{index}").write_text("")
     while not Path(tmp, "go").exists():
@@ -699,9 +698,6 @@ def peak_resident() -> float:
 
 
 SAMPLE_MALLOC = "TAGBENCH_SAMPLE_MALLOC"
-AS_SERVICE = "TAGBENCH_AS_SERVICE"
-"""Set while the realistic layer is on: worker processes start their adapter as off an emulator
-host (tests/clients/harness.py does the same)."""
 """Set in a worker's environment when it samples malloc's bytes in use (`in use MB`)."""
 SAMPLE_MALLOC_FROM = 10_000
 """Payload bytes from which workers sample malloc: a thread waking every 2 ms in each of 32
@@ -852,19 +848,19 @@ def main(argv: list[str] | None = None) -> None:
     host = shared_emulator_host("pubsub")
     layer = None
     if args.rtt_ms is not None:
-        from tests.support.realpubsub import Knobs, RealisticPubSub
+        from tests.support.realpubsub import AS_SERVICE_ENV, Knobs, RealisticPubSub
 
         layer = RealisticPubSub(host, Knobs.service(args.rtt_ms / 1000))
         # shared_emulator_host pointed the variable at the emulator: the layer forwards there,
         # and every client made from now on (here and in the workers) goes through the layer.
         os.environ["PUBSUB_EMULATOR_HOST"] = layer.address
-        os.environ[AS_SERVICE] = "1"
+        os.environ[AS_SERVICE_ENV] = "1"
     try:
         run_all(args, host, layer, Dropped(layer) if layer is not None else None)
     finally:
         if layer is not None:
             os.environ["PUBSUB_EMULATOR_HOST"] = host
-            os.environ.pop(AS_SERVICE, None)
+            os.environ.pop(AS_SERVICE_ENV, None)
             layer.close()
 
 

@@ -19,9 +19,10 @@ from typing import Any
 from pullqueue.queue import Queue
 from pullqueue.task import Task
 from pullqueue.worker import batch_handler
+from tests.support.realpubsub import AS_SERVICE_ENV, start_as_on_the_service
 
 _OUT = Path(os.environ.get("TAGBENCH_OUT", "."))
-_AS_SERVICE = bool(os.environ.get("TAGBENCH_AS_SERVICE"))
+_AS_SERVICE = bool(os.environ.get(AS_SERVICE_ENV))
 _lock = threading.Lock()
 _leases: list[tuple[float, int]] = []
 _backends: list[Any] = []
@@ -30,12 +31,10 @@ _lease = Queue.lease
 
 def _counted(self: Queue, *args: Any, **kwargs: Any) -> list[Task]:
     """Queue.lease, noting when each call returned and how many tasks. Behind the realistic
-    layer (TAGBENCH_AS_SERVICE), the adapter takes empty pulls as held from its first lease,
-    as a client of Pub/Sub itself does (PubSubRpc.holds_empty_pulls; the layer's emulator
-    host hides that from it)."""
+    layer (AS_SERVICE_ENV), the adapter starts as on the service from its first lease."""
     rpc = getattr(self.backend, "rpc", None)
-    if _AS_SERVICE and rpc is not None and rpc.holds_empty_pulls is None:
-        rpc.holds_empty_pulls = True
+    if _AS_SERVICE and rpc is not None:
+        start_as_on_the_service(rpc)
     tasks = _lease(self, *args, **kwargs)
     with _lock:
         _leases.append((time.time(), len(tasks)))

@@ -329,7 +329,7 @@ PULLQUEUE_TEST_RTT_MS says otherwise, partial pulls, filters, held empty pulls, 
 def _pubsub(*, layer: bool = False) -> Backend:
     from pullqueue.adapters.pubsub import PubSubBackend
     from tests.support.emulators import shared_emulator_host
-    from tests.support.realpubsub import shared_layer
+    from tests.support.realpubsub import shared_layer, start_as_on_the_service
 
     host = shared_emulator_host("pubsub")
     with ExitStack() as stack:
@@ -342,9 +342,7 @@ def _pubsub(*, layer: bool = False) -> Backend:
             names=MemoryNameRegistry(),
         )
     if layer and shared_layer(host).knobs.hold_empty:
-        # As a client of Pub/Sub itself starts: it takes empty pulls as held (off an emulator
-        # host, PubSubRpc.holds_empty_pulls), which the layer's host hides from it.
-        backend.rpc.holds_empty_pulls = True
+        start_as_on_the_service(backend.rpc)
     return backend
 
 

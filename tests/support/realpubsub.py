@@ -43,6 +43,17 @@ _POLL = 0.02
 """Seconds between the emulator pulls behind one held empty pull."""
 EMULATOR_PULL_MOST = 100
 """Most messages the emulator answers one pull with, whatever is asked (the service: 1000)."""
+AS_SERVICE_ENV = "TAGBENCH_AS_SERVICE"
+"""Set in the environment of benchmark processes whose adapters talk to the layer, so that they
+start as on the service (start_as_on_the_service)."""
+
+
+def start_as_on_the_service(rpc: Any) -> None:
+    """Let an adapter behind the layer take empty pulls as held from the start, as a client of
+    Pub/Sub itself does off an emulator host (PubSubRpc.holds_empty_pulls), which the layer's
+    emulator host hides from it; unless a pull already told."""
+    if rpc.holds_empty_pulls is None:
+        rpc.holds_empty_pulls = True
 
 
 @dataclass
@@ -426,17 +437,13 @@ class RealisticPubSub:
             # Asked for fewer (a random share), rather than pulled and handed back: a message
             # handed back counts a delivery attempt on the emulator, which the service would not.
             pull.max_messages = self._random.randint(1, pull.max_messages)
-            request = pull.SerializeToString()
         held = False
         while True:
-            answer = _PULL_RESPONSE.FromString(self._forward(method, request, context))
-            messages = self._screened(pull.subscription, list(answer.received_messages), predicate)
-            if knobs.partial and len(answer.received_messages) == EMULATOR_PULL_MOST:
-                messages += self._rest(method, pull, context, predicate)
+            messages = self._pulled(method, pull, context, predicate, whole=knobs.partial)
             if messages or not knobs.hold_empty or pull.return_immediately:
                 if messages and knobs.slow_answers and knobs.slow_only in pull.subscription:
                     time.sleep(knobs.slow_answers)
-                del answer.received_messages[:]
+                answer = _PULL_RESPONSE()
                 answer.received_messages.extend(messages)
                 return answer.SerializeToString()  # type: ignore[no-any-return]
             if not held:
@@ -462,19 +469,22 @@ class RealisticPubSub:
             self._settle(subscription, [m.ack_id for m in rejected], None)
         return [m for m in messages if predicate(dict(m.message.attributes))]
 
-    def _rest(
+    def _pulled(
         self,
         method: str,
         pull: Any,
         context: grpc.ServicerContext,
         predicate: Predicate | None,
+        *,
+        whole: bool,
     ) -> list[Any]:
-        """After an answer of EMULATOR_PULL_MOST messages to a pull that asked for more: the
-        rest of what it asked for, in further pulls of the emulator while each comes back full
-        (the service answers up to 1000 messages in one pull; the emulator at most 100)."""
+        """What the emulator hands out for `pull`, those the filter rejects acknowledged. With
+        `whole`, up to all that was asked: further pulls of the emulator while each answer comes
+        back full (the service answers up to 1000 messages in one pull; the emulator at most
+        EMULATOR_PULL_MOST)."""
         messages: list[Any] = []
-        left = pull.max_messages - EMULATOR_PULL_MOST
-        while left > 0:
+        left = pull.max_messages
+        while True:
             ask = _PULL()
             ask.CopyFrom(pull)
             ask.max_messages = left
@@ -484,9 +494,8 @@ class RealisticPubSub:
             got = list(answer.received_messages)
             messages += self._screened(pull.subscription, got, predicate)
             left -= len(got)
-            if len(got) < EMULATOR_PULL_MOST:
-                break
-        return messages
+            if not whole or left <= 0 or len(got) < EMULATOR_PULL_MOST:
+                return messages
 
     def _settle(self, subscription: str, ack_ids: list[str], seconds: int | None) -> None:
         """Ack (None) or set the deadline of ids behind the client's back (not counted)."""
