@@ -327,7 +327,9 @@ class PubSubBackend:
         return self._pauses.paused_since(queue, fresh=fresh)
 
     def _settle_due(self, now: float) -> None:
-        """The keeper's pass over the hands: settle held deliveries whose time is up."""
+        """The keeper's pass over the hands: settle held deliveries whose time is up, after
+        bringing them what drains out of the turn found (pubsub/pulls.py)."""
+        self._pulls.collect_landed()
         for hand in list(self._hands.values()):
             hand.settle_due(now)
 
@@ -525,6 +527,8 @@ class PubSubBackend:
     def purge(self, queue: str) -> None:
         """Seek every subscription of the queue to now: every task published so far is gone."""
         topology = self.topology(queue)
+        # A drain out of the hand's turn brings its tasks to the hand, forgotten below.
+        self._pulls.finish_out(queue)
         when = time.time()
         for source in topology.sources:
             self.rpc.seek(source, when, queue=queue)
@@ -577,6 +581,7 @@ class PubSubBackend:
         # within its pull wait), so what they bring is given back below. A watch is not left
         # running again (pubsub/pulls.py).
         self._pulls.closing = True
+        self._pulls.finish_out()
         self.rpc.finish_pulls()
         leases = self._book.take_everything()
         held = {queue: hand.close() for queue, hand in self._hands.items()}

@@ -57,6 +57,8 @@ CLAIM_SETTLE = 2.0
 """Seconds after winning a shard's claim in which this process pulls the shard again even when
 it drained it to empty: a task given back to it just before (by a lease without tag, or a hold
 that ran out) would otherwise wait for a later call."""
+SIDE_BY_SIDE = 10.0
+"""Seconds within which leases by tag of two threads make their leases side by side."""
 SETTLE_WAIT = 1.0
 """Seconds the keeper waits for a lease call serving the hand before it settles the hand later."""
 
@@ -146,6 +148,11 @@ class Hand:
         room a drain of a subscription is expected to need."""
         self._releasing: list[Future[None]] = []
         """Tokens given back while the lease that gave them goes on (release_claims `later`)."""
+        self._lessees: dict[int, float] = {}
+        """Thread -> when (monotonic) it last asked for the hand alone (a lease by tag)."""
+        self._out: dict[str, tuple[int, int]] = {}
+        """Subscription -> the room (tasks, bytes) kept for its drain out of the hand's turn
+        (pubsub/prefetch.py): its tasks come to the hand when that drain is collected."""
         self._closed = False
 
     # Serving: one lease call at a time (plain leases side by side)
@@ -156,6 +163,12 @@ class Hand:
         thread's (up to its deadline, `end` on the monotonic clock) rather than answer from
         half a hand. `shared`: beside other shared servers (plain leases, which take any
         task: several threads' pull side by side), never beside one alone (pubsub/turns.py)."""
+        if not shared:
+            with self._lock:
+                now = time.monotonic()
+                self._lessees[threading.get_ident()] = now
+                for ident in [i for i, t in self._lessees.items() if t < now - SIDE_BY_SIDE]:
+                    del self._lessees[ident]
         if not self._turns.acquire(shared=shared, timeout=end - time.monotonic()):
             raise DeadlineExceededError(
                 "another thread of this process was serving the queue's held tasks for the"
@@ -178,6 +191,19 @@ class Hand:
             yield True
         finally:
             self._turns.release()
+
+    def poke(self) -> None:
+        """Let the keeper take a pass soon (Backend: it brings ended drains out of the turn to
+        the hand, pubsub/pulls.py)."""
+        self._poke()
+
+    def side_by_side(self) -> bool:
+        """True when leases by tag of more than one thread came within SIDE_BY_SIDE seconds:
+        their order is one thread's against another's, not the queue's (pubsub/pulls.py
+        serves what is whole in hand then while the next shard drains out of the turn)."""
+        now = time.monotonic()
+        with self._lock:
+            return sum(t >= now - SIDE_BY_SIDE for t in self._lessees.values()) > 1
 
     def serving_oldest(self, now: float) -> None:
         """A lease by oldest tag starts: the hand's claimed shards are kept while it is served."""
@@ -271,14 +297,68 @@ class Hand:
             return self._bytes
 
     def room(self) -> int:
-        """Deliveries the hand has room for."""
+        """Deliveries the hand has room for (less what a drain out of the turn keeps)."""
+        limit, _ = self.limits()
         with self._lock:
-            return max(self.settings.pubsub_hold_max - len(self._held), 0)
+            return max(limit - len(self._held), 0)
 
     def room_bytes(self, taken: int = 0) -> int:
         """Bytes the hand has room for, with `taken` bytes of it out in a lease call."""
+        _, limit = self.limits()
         with self._lock:
-            return self.settings.pubsub_hold_bytes - self._bytes - taken
+            return limit - self._bytes - taken
+
+    def limits(self) -> tuple[int, int]:
+        """Most tasks and bytes a lease call may fill the hand with: the hold limits less the
+        room kept for the drains out of the hand's turn (drain_out)."""
+        with self._lock:
+            count = sum(c for c, _ in self._out.values())
+            size = sum(b for _, b in self._out.values())
+        return self.settings.pubsub_hold_max - count, self.settings.pubsub_hold_bytes - size
+
+    # Drains out of the hand's turn (pubsub/prefetch.py)
+
+    def drain_out(self, source: str, room: tuple[int, int]) -> None:
+        """`source` is drained out of the hand's turn within `room` (tasks, bytes): that room
+        is kept for it, its token is kept while it runs (release_claims), and lease calls
+        leave it alone (out_of_turn) until its tasks come to the hand (drain_in)."""
+        with self._lock:
+            self._out[source] = room
+
+    def drain_in(self, source: str) -> None:
+        """The drain of `source` out of the turn was collected: its room is the hand's again."""
+        with self._lock:
+            self._out.pop(source, None)
+
+    def out_of_turn(self) -> set[str]:
+        """The subscriptions being drained out of the hand's turn."""
+        with self._lock:
+            return set(self._out)
+
+    def holds_whole(self) -> bool:
+        """True when the hand holds a task of a subscription drained to empty into it (a tag
+        a lease by oldest tag may serve whole), none being drained out of the turn."""
+        with self._lock:
+            return any(
+                h.delivery.subscription in self._emptied
+                and h.delivery.subscription not in self._out
+                for h in self._held.values()
+            )
+
+    def oldest_whole(
+        self, age: Callable[[Delivery], tuple[float, str]]
+    ) -> tuple[float, str] | None:
+        """The age of the oldest task held of a subscription whole in hand (see holds_whole)."""
+        with self._lock:
+            return min(
+                (
+                    age(h.delivery)
+                    for h in self._held.values()
+                    if h.delivery.subscription in self._emptied
+                    and h.delivery.subscription not in self._out
+                ),
+                default=None,
+            )
 
     def sources(self) -> set[str]:
         """The subscriptions the held deliveries came from."""
@@ -469,8 +549,9 @@ class Hand:
         count = max(c for c, _ in sizes)
         size = max(b for _, b in sizes)
         mine = [d for d in hand if d.subscription == source]
-        room = self.settings.pubsub_hold_max - len(hand)
-        room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
+        most, most_bytes = self.limits()
+        room = most - len(hand)
+        room_bytes = most_bytes - sum(d.size for d in hand)
         return count - len(mine) > room or size - sum(d.size for d in mine) > room_bytes
 
     # Shard claims
@@ -565,6 +646,19 @@ class Hand:
         for k in range(len(shards)):
             if k not in grab.unseen:
                 self._claimed.pop(shards[k], None)
+
+    def held_elsewhere(self, source: str) -> bool:
+        """True for a shard whose token another process is taken to hold: this process gave it
+        that shard's tasks, or its last look at the claims subscription did not see the token
+        (each within CLAIMED_RECHECK seconds)."""
+        topology = self.topology
+        if source not in topology.shards:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            if self._claimed.get(source, 0.0) > now:
+                return True
+            return self._elsewhere > now and topology.shards.index(source) in self._unseen
 
     def spare_tokens(self) -> int:
         """How many shard tokens this process may hold beyond the one it needs (drains beside
@@ -666,7 +760,8 @@ class Hand:
         """
         topology = self.topology
         holding = self._claims.holding(self.queue)
-        in_hand = self.sources()
+        # A shard drained out of the turn keeps its token: its tasks come to the hand.
+        in_hand = self.sources() | self.out_of_turn()
         with self._lock:
             self._unclaimed &= in_hand
         done = {k for k in holding if topology.shards[k] not in in_hand}

@@ -20,6 +20,7 @@ from typing import Any
 from pullqueue.adapters.pubsub.acks import Early
 from pullqueue.adapters.pubsub.hand import Hand, Wanted
 from pullqueue.adapters.pubsub.leases import LeaseBook
+from pullqueue.adapters.pubsub.prefetch import Prefetch, Prefetches
 from pullqueue.adapters.pubsub.provision import QueueTopology
 from pullqueue.adapters.pubsub.republish import Republisher
 from pullqueue.adapters.pubsub.rpc import PARALLEL_PULLS, Pending, PubSubRpc
@@ -77,6 +78,13 @@ where empty pulls are held (more where answers take longer: a recent answer's ti
 DRAIN_WIDE = 4
 """Most shards a lease by oldest tag drains side by side (the oldest head's and the next ones',
 see PullRounds._beside), where the hand has room and other processes are left half the shards."""
+OUT_ROOM = 1.5
+"""Times the room a drain to empty needed so far (Hand.drain_size) a drain out of the hand's
+turn is given (at most the hand's room): a shard with more tasks than that is drained in part."""
+LANDED_WAIT = 1.0
+"""Seconds the keeper waits for the hand to bring an ended drain out of the turn to it."""
+OUT_SECONDS = 10.0
+"""Most seconds a drain out of the hand's turn pulls."""
 SIZE_GUESS = 2**20
 """Bytes per message assumed of a subscription nothing was pulled from yet (the legacy limit of
 a task); after a pull, the largest message it brought, or an eighth of the guess before if more."""
@@ -134,6 +142,8 @@ class PullRounds:
         self._searched: dict[str, float] = {}
         """Queue -> when (monotonic) a lease's probes last pulled every subscription of it
         patiently and found nothing."""
+        self._out = Prefetches()
+        """The drains out of the hand's turn (pubsub/prefetch.py)."""
 
     def settle_flights(self, sources: Sequence[str], end: float, *, whole: bool = False) -> None:
         """Before a lease looks in the hand, wait for the pulls earlier leases left running on
@@ -289,6 +299,9 @@ class PullRounds:
         it (Pub/Sub answers what it has at hand): the tag's next lease takes it.
         """
         sources = topology.sources_of(tag)
+        if self._hand(queue).out_of_turn().intersection(sources):
+            # The tag's shard is being drained out of the turn: its tasks are this call's.
+            self._collect_out(queue, wait=True)
         # Neither, unless empty pulls are held.
         watched, glances = self._quiet(queue, sources)
         looked = [s for s in sources if s not in watched]
@@ -320,6 +333,8 @@ class PullRounds:
         hand = self._hand(queue)
         if hand.found_nothing_since(began, every_task=True):
             return []
+        # A drain out of the turn of a lease by oldest tag: its tasks are in hand first.
+        self._collect_out(queue, wait=True)
         looked = time.monotonic()
         picked = self._collect_any(queue, topology, max_tasks, end, early)
         if not picked:
@@ -710,13 +725,17 @@ class PullRounds:
         """
         held = self._hand(queue)
         held.serving_oldest(time.time())
+        self._collect_out(queue, wait=self._wait_out(queue))
         hand = held.take(None, self.settings.pubsub_hold_max + max_tasks)
         hand, drained, partial = self._gather(queue, topology, hand, end, fresh=False)
         if not hand and last_look and time.monotonic() < end:
             # A last look before answering []: every subscription, including those found empty
             # or claimed a moment ago (tasks may have been given back to them since). The
             # claims go back first, so a process that took a head of one of them while this one
-            # drained it finds the claim free once it has given the head back.
+            # drained it finds the claim free once it has given the head back. A drain out of
+            # the turn is waited for first: its tasks are this call's.
+            if self._collect_out(queue, wait=True):
+                hand = held.take(None, self.settings.pubsub_hold_max + max_tasks)
             held.release_claims()
             hand, drained, partial = self._gather(queue, topology, hand, end, fresh=True)
         if not hand:
@@ -751,10 +770,12 @@ class PullRounds:
                 ),
             )
             try:
+                out = held.out_of_turn()
                 sources = [
                     source
                     for source in topology.sources_of(tag)
-                    if (
+                    if source not in out
+                    and (
                         (source not in drained and not held.marked(source, now))
                         or (
                             held.settling(source, now)
@@ -770,9 +791,233 @@ class PullRounds:
             picked = self.collect(
                 queue, topology, sources, max_tasks, end, of_tag(tag), picked, rotate=False
             )
+        # Before the claims go back: the token of a shard probed in this call is still held.
+        self._drain_next_out(queue, topology)
         # Beside the lease's grant (the backend waits for it after): one round trip less.
         held.release_claims(later=True)
         return picked
+
+    # Drains out of the hand's turn (pubsub/prefetch.py)
+
+    def _drain_next_out(self, queue: str, topology: QueueTopology) -> None:
+        """At the end of a lease by oldest tag that leaves tags whole in hand while threads
+        lease side by side (Hand.side_by_side), start draining out of the turn the shard of
+        the oldest head a probe saw and gave back (_start_out), where other processes are left
+        half the shards (Hand.spare_tokens; a lease that would drain that shard now claims it
+        either way): the next leases are served from the hand meanwhile. In the hand's turn,
+        before its claims go back: the token of a shard probed in the call is still held, and
+        kept."""
+        if self._out.running(queue) is not None or self.rpc.holds_empty_pulls is not True:
+            return
+        held = self._hand(queue)
+        if not held.side_by_side() or not held.holds_whole():
+            # One thread leasing, or nothing to serve meanwhile: the next lease drains in its
+            # turn, and the token stays free for other processes until then (a worker alone
+            # may be in a handler for minutes).
+            return
+        in_hand = held.sources()
+        heads = sorted(
+            (age, s)
+            for s, age in held.heads(time.monotonic()).items()
+            if s in topology.shards and s not in in_hand and not held.held_elsewhere(s)
+        )
+        if heads and self._hand(queue).spare_tokens() >= 1:
+            self._start_out(queue, topology, heads[0][1], [], heads[0][0])
+
+    def _drains_out(
+        self,
+        queue: str,
+        topology: QueueTopology,
+        source: str,
+        hand: list[Delivery],
+        oldest: Mapping[str, tuple[float, str]],
+        partial: set[str],
+        age: tuple[float, str],
+    ) -> bool:
+        """True when a look (_gather) leaves `source`, the oldest candidate to drain (its
+        oldest task's age `age`), to a drain out of the hand's turn: threads lease side by side
+        (Hand.side_by_side), the hand holds tags whole in it to serve them meanwhile
+        (`oldest`: the oldest in `hand` of each subscription), and one runs for the queue
+        already, or one is started now for `source` (_start_out). A thread leasing alone
+        drains it in its turn: the legacy order, the oldest task's tag first."""
+        if self.rpc.holds_empty_pulls is not True:
+            return False
+        held = self._hand(queue)
+        if not held.side_by_side():
+            return False
+        if not any(s != source and s not in partial and held.emptied(s) for s in oldest):
+            return False
+        if self._out.running(queue) is not None:
+            return True
+        return self._start_out(queue, topology, source, hand, age)
+
+    def _start_out(
+        self,
+        queue: str,
+        topology: QueueTopology,
+        source: str,
+        hand: list[Delivery],
+        head: tuple[float, str],
+    ) -> bool:
+        """Start draining the shard `source` (its oldest known task's age `head`) out of the
+        hand's turn (pubsub/prefetch.py), with its tasks in `hand` (a lease's, taken from the
+        hand; they go with the drain): where
+        empty pulls are held (a drain costs 0.25-0.5 s at 30 ms round trips, every other
+        thread waiting on it in the turn; milliseconds on the emulator), the hand has the room
+        a drain to empty needed so far (Hand.drain_size), none runs for the queue, no pull is
+        left running on the shard and, unless this process holds its token, no other process
+        is taken to hold it (Hand.held_elsewhere). The room is kept for it
+        (Hand.drain_out) and its token with it; the lease that needs its tasks collects it
+        (_wait_out, _collect_out). True when started."""
+        if self.closing or self.rpc.holds_empty_pulls is not True:
+            return False
+        if self._out.running(queue) is not None or source not in topology.shards:
+            return False
+        held = self._hand(queue)
+        size = held.drain_size()
+        if size is None or size[0] < 1:
+            return False
+        if not held.holds_claim(source) and held.held_elsewhere(source):
+            return False
+        with self._flight_lock:
+            if source in self._in_flight:
+                return False
+        mine = [d for d in hand if d.subscription == source]
+        mine_bytes = sum(d.size for d in mine)
+        limit, limit_bytes = held.limits()
+        room = limit - len(hand) - held.count()
+        room_bytes = limit_bytes - sum(d.size for d in hand) - held.held_bytes()
+        if room < size[0] - len(mine) or room_bytes < size[1] - mine_bytes:
+            return False
+        # As much as a drain to empty needed so far and half again. Bytes as much, or the same
+        # share of the room, or a full pull's worth by the subscription's size estimate (a
+        # pull is sized by it: a probe's one message leaves it at an eighth of a 1 MiB guess),
+        # whichever is most.
+        count = min(room, math.ceil(size[0] * OUT_ROOM))
+        estimate = self._sizes.get(source, SIZE_GUESS)
+        kept = min(
+            room_bytes,
+            max(
+                math.ceil(size[1] * OUT_ROOM),
+                room_bytes * count // room,
+                min(count, PULL_SHARE) * estimate,
+            ),
+        )
+        if mine:
+            hand[:] = [d for d in hand if d.subscription != source]
+        held.drain_out(source, (count + len(mine), kept + mine_bytes))
+        prefetch = Prefetch(source, (count, kept), found=mine, head=head)
+        try:
+            self._out.start(
+                queue,
+                prefetch,
+                functools.partial(self._drain_out, queue, topology),
+                functools.partial(self._landed, queue),
+            )
+        except BaseException:
+            held.drain_in(source)
+            hand += mine
+            raise
+        return True
+
+    def _drain_out(self, queue: str, topology: QueueTopology, prefetch: Prefetch) -> None:
+        """A drain out of the hand's turn, in its own thread: the shard's claim (kept from the
+        call that started it, or asked for), then _drain within the room kept for it. What it
+        found waits in `prefetch` for _collect_out."""
+        if not self._hand(queue).may_drain(prefetch.source):
+            prefetch.claimed = False
+            return
+        found, prefetch.whole = self._drain(
+            queue,
+            topology,
+            prefetch.source,
+            [],
+            time.monotonic() + OUT_SECONDS,
+            room=prefetch.room,
+        )
+        prefetch.found = prefetch.found + found
+
+    def _wait_out(self, queue: str) -> bool:
+        """Whether a lease by oldest tag waits for the queue's drain out of the turn before it
+        looks: when the hand holds no task of a subscription whole in it (nothing to serve
+        meanwhile), and, with one thread leasing, when the drain's shard holds an older task
+        than those (the legacy order, which a worker alone follows). With threads leasing side
+        by side, it serves the oldest tag whole in hand meanwhile (docs/pubsub.md)."""
+        prefetch = self._out.running(queue)
+        if prefetch is None:
+            return False
+        held = self._hand(queue)
+        if not held.holds_whole():
+            return True
+        if held.side_by_side():
+            return False
+        oldest = held.oldest_whole(_age)
+        return prefetch.head is None or oldest is None or prefetch.head < oldest
+
+    def _collect_out(self, queue: str, *, wait: bool) -> bool:
+        """Bring what the queue's drain out of the turn found to the hand once it ended (with
+        `wait`, once it ends): True when one was collected. Its shard counts as drained to
+        empty (its tags whole in hand) only when the drain found it empty and all of it fit."""
+        prefetch = self._out.collect(queue, wait=wait)
+        if prefetch is None:
+            return False
+        held = self._hand(queue)
+        held.drain_in(prefetch.source)
+        if not prefetch.claimed:
+            # Another process holds the shard's claim: that process drains it, with the tasks
+            # of it a lease had (given back).
+            held.give_to_claimants(prefetch.found, {prefetch.source})
+            return True
+        if prefetch.failed is not None:
+            # What the lease had of it comes to the hand, and what the drain found before it
+            # failed is there (_drain holds it): its tags in part.
+            held.hold(prefetch.found)
+            log.warning(
+                "queue %r: a drain of %s out of the hand's turn failed (%s); it is drained"
+                " again by a later lease",
+                queue,
+                prefetch.source,
+                prefetch.failed,
+            )
+            held.drained(prefetch.source, False, [])
+            return True
+        found = prefetch.found
+        if not found and not prefetch.whole:
+            # It pulled nothing (its deadline, or no room by the size estimate): the shard is
+            # as it was, its first task still remembered.
+            return True
+        fits = held.room() >= len(found) and held.room_bytes() >= sum(d.size for d in found)
+        held.hold(found)
+        held.drained(prefetch.source, prefetch.whole and fits, found)
+        return True
+
+    def _landed(self, queue: str) -> None:
+        """A drain out of the turn ended (in its thread): its tasks go to the hand now if no
+        lease serves it (the next would collect them), else the keeper's next pass brings
+        them (collect_landed): a process whose threads are all in handlers holds them then
+        by the hand's rules (given back within twice the hold time once it stops leasing),
+        not out of the hand for as long, their shard's token kept."""
+        held = self._hand(queue)
+        with held.serving_by(time.monotonic()) as free:
+            if free:
+                self._collect_out(queue, wait=False)
+                return
+        held.poke()
+
+    def collect_landed(self) -> None:
+        """The keeper's pass: bring the ended drains out of the turn to their hands, each in
+        the hand's turn (waited for up to a second, else on a later pass)."""
+        for queue in self._out.queues(ended=True):
+            with self._hand(queue).serving_by(time.monotonic() + LANDED_WAIT) as free:
+                if free:
+                    self._collect_out(queue, wait=False)
+
+    def finish_out(self, queue: str | None = None) -> None:
+        """Wait for the drains out of the turn (of `queue`, else of every queue) and bring
+        what they found to the hand: the backend's close gives it back with the hand, a purge
+        forgets it."""
+        for name in [queue] if queue is not None else self._out.queues():
+            self._collect_out(name, wait=True)
 
     def _glance_at(
         self, queue: str, topology: QueueTopology, source: str, size: int, end: float
@@ -935,7 +1180,8 @@ class PullRounds:
         """
         held = self._hand(queue)
         drained: set[str] = set()
-        partial: set[str] = set()
+        # A shard drained out of the hand's turn is left to that drain (_drain_next_out).
+        partial: set[str] = held.out_of_turn()
         try:
             # First tasks probes saw a moment ago and gave back: not probed again, but weighed
             # with the hand.
@@ -978,6 +1224,14 @@ class PullRounds:
                     # 30 ms round trips. (Tasks of it in hand would be given to the claim's
                     # holder, below: kept, they were out of its leases, 200 of them late.)
                     partial.add(source)
+                    continue
+                if not fresh and self._drains_out(
+                    queue, topology, source, hand, oldest, partial, min(candidates)[0]
+                ):
+                    # The hand serves tags whole in it meanwhile; this shard's come to it
+                    # with its drain out of the turn (_collect_out).
+                    partial.add(source)
+                    oldest.pop(source, None)
                     continue
                 if held.may_drain(source, defer=True):
                     if held.no_room_for(source, hand, partial):
@@ -1047,8 +1301,9 @@ class PullRounds:
         spare = min(held.spare_tokens(), DRAIN_WIDE - 1)
         if size is None or spare < 1:
             return []
-        room = self.settings.pubsub_hold_max - len(hand)
-        room_bytes = self.settings.pubsub_hold_bytes - sum(d.size for d in hand)
+        limit, limit_bytes = held.limits()
+        room = limit - len(hand)
+        room_bytes = limit_bytes - sum(d.size for d in hand)
         most = min(spare, min(room // max(size[0], 1), room_bytes // max(size[1], 1)) - 1)
         if most < 1:
             return []
@@ -1079,11 +1334,12 @@ class PullRounds:
         in its drain's thread). Those after the first run in threads of their own: a drain's
         pulls run in the pull pool, which its threads must not wait on (PubSubRpc.run_each)."""
         share = len(sources)
-        room = (
-            (self.settings.pubsub_hold_max - len(hand)) // share,
-            (self.settings.pubsub_hold_bytes - sum(d.size for d in hand)) // share,
-        )
         held = self._hand(queue)
+        most, most_bytes = held.limits()
+        room = (
+            (most - len(hand)) // share,
+            (most_bytes - sum(d.size for d in hand)) // share,
+        )
         outcomes: dict[int, tuple[list[Delivery], bool] | BaseException | None] = {}
 
         def other(i: int) -> None:
@@ -1164,10 +1420,8 @@ class PullRounds:
         """
         held = self._hand(queue)
         if room is None:
-            room = (
-                self.settings.pubsub_hold_max - len(hand),
-                self.settings.pubsub_hold_bytes - sum(d.size for d in hand),
-            )
+            most, most_bytes = held.limits()
+            room = (most - len(hand), most_bytes - sum(d.size for d in hand))
         room_count, room_bytes = room
         found: list[Delivery] = []
         if not fresh and held.marked(source, time.monotonic()):
@@ -1261,10 +1515,12 @@ class PullRounds:
         orders = [d.order for d in hand] + [age[0] for age in remembered.values()]
         oldest = min(orders) if orders and not fresh else None
         behind = oldest is not None and self.rpc.holds_empty_pulls is True
+        out = held.out_of_turn()
         sources = [
             s
             for s in topology.sources
             if s not in present
+            and s not in out
             and s not in remembered
             and (fresh or not held.marked(s, now))
             and not (behind and held.empty_behind(s, now, older=oldest))
