@@ -84,6 +84,28 @@ def _drain_out(backend: PubSubBackend, queue: str, tag: str) -> None:
     assert pulls._out.running(queue) is not None
 
 
+def _draining_out(
+    layer: RealisticPubSub, backend: PubSubBackend, name: str
+) -> tuple[Queue, list[str], list[str]]:
+    """A queue filled, its first lease made, the slow shard draining out of the turn."""
+    queue = Queue(name, backend)
+    quick, slow = _fill(queue)
+    _first_lease(layer, queue, slow)
+    _drain_out(backend, name, slow[0])
+    return queue, quick, slow
+
+
+def _plain_until(queue: Queue, count: int) -> Counter[str | None]:
+    """Plain leases (each deleted) until `count` tasks came or 15 s passed: their tags."""
+    leased: list[Task] = []
+    give_up = time.monotonic() + 15
+    while len(leased) < count and time.monotonic() < give_up:
+        batch = queue.lease(60, 1000)
+        leased += batch
+        queue.delete(batch)
+    return Counter(t.tag for t in leased)
+
+
 def _drains(backend: PubSubBackend) -> list[tuple[str, str, float, float]]:
     """Every drain the backend makes from now on: (thread name, subscription, began, ended)."""
     made: list[tuple[str, str, float, float]] = []
@@ -160,10 +182,7 @@ def test_with_threads_waiting_a_lease_is_served_from_the_hand_beside_the_next_dr
 def test_a_thread_leasing_alone_follows_the_oldest_task_through_that_drain(
     layer: RealisticPubSub, backend: PubSubBackend
 ) -> None:
-    queue = Queue("outalone", backend)
-    quick, slow = _fill(queue)
-    _first_lease(layer, queue, slow)
-    _drain_out(backend, "outalone", slow[0])
+    queue, quick, slow = _draining_out(layer, backend, "outalone")
     # quick[1] and quick[2] are whole in hand, slow[0] older: the lease waits for the drain
     # and leases slow[0] first, as the legacy queue does; every tag whole after.
     leases = _rest(queue)
@@ -174,28 +193,15 @@ def test_a_thread_leasing_alone_follows_the_oldest_task_through_that_drain(
 def test_a_plain_lease_meanwhile_takes_what_that_drain_brings(
     layer: RealisticPubSub, backend: PubSubBackend
 ) -> None:
-    queue = Queue("outplain", backend)
-    quick, slow = _fill(queue)
-    _first_lease(layer, queue, slow)
-    _drain_out(backend, "outplain", slow[0])
-    rest: list[Task] = []
-    give_up = time.monotonic() + 10
-    while len(rest) < 5 * PER_TAG and time.monotonic() < give_up:
-        batch = queue.lease(60, 1000)
-        rest += batch
-        queue.delete(batch)
-    assert Counter(t.tag for t in rest) == Counter({tag: PER_TAG for tag in [*quick[1:], *slow]}), (
-        Counter(t.tag for t in rest)
-    )
+    queue, quick, slow = _draining_out(layer, backend, "outplain")
+    tags = _plain_until(queue, 5 * PER_TAG)
+    assert tags == Counter({tag: PER_TAG for tag in [*quick[1:], *slow]}), tags
 
 
 def test_closing_during_that_drain_gives_its_tasks_back(
     layer: RealisticPubSub, backend: PubSubBackend
 ) -> None:
-    queue = Queue("outclose", backend)
-    quick, slow = _fill(queue)
-    _first_lease(layer, queue, slow)
-    _drain_out(backend, "outclose", slow[0])
+    _, quick, slow = _draining_out(layer, backend, "outclose")
     pulls: Any = backend._pulls
     backend.close()
     assert pulls._out.running("outclose") is None
@@ -204,15 +210,7 @@ def test_closing_during_that_drain_gives_its_tasks_back(
     other = backend_on(layer, backend.project)
     try:
         start_as_on_the_service(other.rpc)
-        again = Queue("outclose", other)
-        leased: list[Task] = []
-        give_up = time.monotonic() + 15
-        while len(leased) < 5 * PER_TAG and time.monotonic() < give_up:
-            batch = again.lease(60, 1000)
-            leased += batch
-            again.delete(batch)
-        assert Counter(t.tag for t in leased) == Counter(
-            {tag: PER_TAG for tag in [*quick[1:], *slow]}
-        )
+        tags = _plain_until(Queue("outclose", other), 5 * PER_TAG)
+        assert tags == Counter({tag: PER_TAG for tag in [*quick[1:], *slow]}), tags
     finally:
         other.close()
