@@ -339,26 +339,28 @@ class Hand:
         """True when the hand holds a task of a subscription drained to empty into it (a tag
         a lease by oldest tag may serve whole), none being drained out of the turn."""
         with self._lock:
-            return any(
-                h.delivery.subscription in self._emptied
-                and h.delivery.subscription not in self._out
-                for h in self._held.values()
-            )
+            return any(True for _ in self._whole_held())
 
     def oldest_whole(
         self, age: Callable[[Delivery], tuple[float, str]]
     ) -> tuple[float, str] | None:
         """The age of the oldest task held of a subscription whole in hand (see holds_whole)."""
         with self._lock:
-            return min(
-                (
-                    age(h.delivery)
-                    for h in self._held.values()
-                    if h.delivery.subscription in self._emptied
-                    and h.delivery.subscription not in self._out
-                ),
-                default=None,
-            )
+            return min((age(d) for d in self._whole_held()), default=None)
+
+    def _whole_held(self) -> Iterator[Delivery]:
+        """The held deliveries of subscriptions whole in hand (under the state lock)."""
+        return (
+            h.delivery
+            for h in self._held.values()
+            if h.delivery.subscription in self._emptied and h.delivery.subscription not in self._out
+        )
+
+    def room_beside(self, hand: list[Delivery]) -> tuple[int, int]:
+        """Tasks and bytes the hand has room for beside `hand` (what a lease call took out of
+        it), within limits()."""
+        limit, limit_bytes = self.limits()
+        return limit - len(hand), limit_bytes - sum(d.size for d in hand)
 
     def sources(self) -> set[str]:
         """The subscriptions the held deliveries came from."""
@@ -549,9 +551,7 @@ class Hand:
         count = max(c for c, _ in sizes)
         size = max(b for _, b in sizes)
         mine = [d for d in hand if d.subscription == source]
-        most, most_bytes = self.limits()
-        room = most - len(hand)
-        room_bytes = most_bytes - sum(d.size for d in hand)
+        room, room_bytes = self.room_beside(hand)
         return count - len(mine) > room or size - sum(d.size for d in mine) > room_bytes
 
     # Shard claims

@@ -821,7 +821,7 @@ class PullRounds:
             for s, age in held.heads(time.monotonic()).items()
             if s in topology.shards and s not in in_hand and not held.held_elsewhere(s)
         )
-        if heads and self._hand(queue).spare_tokens() >= 1:
+        if heads and held.spare_tokens() >= 1:
             self._start_out(queue, topology, heads[0][1], [], heads[0][0])
 
     def _drains_out(
@@ -884,9 +884,9 @@ class PullRounds:
                 return False
         mine = [d for d in hand if d.subscription == source]
         mine_bytes = sum(d.size for d in mine)
-        limit, limit_bytes = held.limits()
-        room = limit - len(hand) - held.count()
-        room_bytes = limit_bytes - sum(d.size for d in hand) - held.held_bytes()
+        room, room_bytes = held.room_beside(hand)
+        room -= held.count()
+        room_bytes -= held.held_bytes()
         if room < size[0] - len(mine) or room_bytes < size[1] - mine_bytes:
             return False
         # As much as a drain to empty needed so far and half again. Bytes as much, or the same
@@ -1301,9 +1301,7 @@ class PullRounds:
         spare = min(held.spare_tokens(), DRAIN_WIDE - 1)
         if size is None or spare < 1:
             return []
-        limit, limit_bytes = held.limits()
-        room = limit - len(hand)
-        room_bytes = limit_bytes - sum(d.size for d in hand)
+        room, room_bytes = held.room_beside(hand)
         most = min(spare, min(room // max(size[0], 1), room_bytes // max(size[1], 1)) - 1)
         if most < 1:
             return []
@@ -1335,11 +1333,8 @@ class PullRounds:
         pulls run in the pull pool, which its threads must not wait on (PubSubRpc.run_each)."""
         share = len(sources)
         held = self._hand(queue)
-        most, most_bytes = held.limits()
-        room = (
-            (most - len(hand)) // share,
-            (most_bytes - sum(d.size for d in hand)) // share,
-        )
+        room_count, room_bytes = held.room_beside(hand)
+        room = (room_count // share, room_bytes // share)
         outcomes: dict[int, tuple[list[Delivery], bool] | BaseException | None] = {}
 
         def other(i: int) -> None:
@@ -1420,8 +1415,7 @@ class PullRounds:
         """
         held = self._hand(queue)
         if room is None:
-            most, most_bytes = held.limits()
-            room = (most - len(hand), most_bytes - sum(d.size for d in hand))
+            room = held.room_beside(hand)
         room_count, room_bytes = room
         found: list[Delivery] = []
         if not fresh and held.marked(source, time.monotonic()):
