@@ -133,6 +133,9 @@ class Hand:
         self._claimed: dict[str, float] = {}
         """Shard subscription -> until when (monotonic) another process is taken to hold its
         claim and serve its tasks: this process gave it that shard's tasks back."""
+        self._late: dict[str, str] = {}
+        """Ack ID -> subscription of each head a probe brought after its look answered: the next
+        look gives such a head back unless it drains that subscription (late_probes)."""
         self._heads: dict[str, tuple[tuple[float, str], float]] = {}
         """Subscription -> the age of its first task, seen by a probe and given back, and until
         when (monotonic) that is trusted."""
@@ -511,6 +514,19 @@ class Hand:
                 self._emptied.discard(source)
                 self._found_empty.pop(source, None)
 
+    def probed_late(self, deliveries: Iterable[Delivery]) -> None:
+        """A probe answered after its look with these heads, about to be held."""
+        with self._lock:
+            for delivery in deliveries:
+                self._late[delivery.ack_id] = delivery.subscription
+
+    def late_probes(self) -> set[str]:
+        """The ack IDs of the heads probed late (probed_late) whose subscription was not
+        drained since, forgotten: the look that asks counts them as its own probes' heads."""
+        with self._lock:
+            late, self._late = self._late, {}
+            return set(late)
+
     def emptied(self, source: str) -> bool:
         """True when the subscription was drained to empty and given nothing back since."""
         with self._lock:
@@ -521,6 +537,8 @@ class Hand:
         the room that took (the most tasks and bytes of it in `hand`)."""
         with self._lock:
             self._heads.pop(source, None)
+            for ack_id in [a for a, s in self._late.items() if s == source]:
+                del self._late[ack_id]
             if not whole:
                 self._emptied.discard(source)
                 return
@@ -949,6 +967,7 @@ class Hand:
         """Forget every held delivery (the queue was purged: they are gone)."""
         with self._lock:
             self._held.clear()
+            self._late.clear()
             self._bytes = 0
             self._served = None
 

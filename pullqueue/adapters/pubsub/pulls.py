@@ -1180,6 +1180,10 @@ class PullRounds:
         """
         held = self._hand(queue)
         drained: set[str] = set()
+        # The subscriptions a drain pulled (`drained` has every one weighed as the oldest).
+        pulled: set[str] = set()
+        # Heads probes of earlier looks brought after those looks answered: this look's too.
+        late = held.late_probes()
         # A shard drained out of the hand's turn is left to that drain (_drain_next_out).
         partial: set[str] = held.out_of_turn()
         try:
@@ -1254,6 +1258,7 @@ class PullRounds:
                         )
                     for one, found, whole in drains:
                         drained.add(one)
+                        pulled.add(one)
                         heads.pop(one, None)
                         hand += found
                         _oldest_of(found, oldest)
@@ -1267,7 +1272,8 @@ class PullRounds:
                 for source in sorted(taken) if fresh else ():
                     if held.may_drain(source, defer=True):
                         hand += self._drain(queue, topology, source, hand, end, fresh=True)[0]
-            hand = self._give_probes_back(queue, hand, probed, drained)
+                        pulled.add(source)
+            hand = self._give_probes_back(queue, hand, probed, late, pulled)
         except Error:
             held.hold(hand)
             raise
@@ -1381,20 +1387,33 @@ class PullRounds:
         return drains
 
     def _give_probes_back(
-        self, queue: str, hand: list[Delivery], probed: list[Delivery], drained: set[str]
+        self,
+        queue: str,
+        hand: list[Delivery],
+        probed: list[Delivery],
+        late: set[str],
+        pulled: set[str],
     ) -> list[Delivery]:
-        """The hand less the first tasks probes took of subscriptions not drained, given back
-        (remembered a while) when the hand holds others to serve: a shard's token is held only
-        while its tasks are in hand, so other processes are kept off a shard no longer than
-        this call, and a later call weighs those first tasks without pulling them again."""
+        """The hand less the first tasks probes took of subscriptions not `pulled` (drained in
+        this call), given back (remembered a while) when the hand holds others to serve: a
+        shard's token is held only while its tasks are in hand, so other processes are kept
+        off a shard no longer than this call, and a later call weighs those first tasks
+        without pulling them again. So are the heads of `late` (ack IDs: probes of earlier
+        looks answered after those looks, Hand.probed_late): kept, the first process to look
+        held the token of every shard whose probe answered late (49-62 of 64 shards at 4 x 1,
+        the other three processes finding nothing to lease)."""
         held = self._hand(queue)
-        looked = {d.subscription for d in probed} - drained
-        back = [d for d in hand if d.subscription in looked]
+        looked = {d.subscription for d in probed} - pulled
+
+        def back_(d: Delivery) -> bool:
+            return d.subscription in looked or (d.ack_id in late and d.subscription not in pulled)
+
+        back = [d for d in hand if back_(d)]
         if not back or len(back) == len(hand):
             return hand
         held.give_back(back)
         held.remember(back, _age)
-        return [d for d in hand if d.subscription not in looked]
+        return [d for d in hand if not back_(d)]
 
     def _drain(
         self,
@@ -1574,6 +1593,7 @@ class PullRounds:
             landed=True,
             glance=glances,
             left=left,
+            probe=True,
         )
         for source in glances.difference(brought, left):
             # Found empty again, by a glance: not glanced at again for EMPTY_BEHIND seconds.
@@ -1612,6 +1632,7 @@ class PullRounds:
         split: bool = True,
         settle: bool = False,
         left: list[str] | None = None,
+        probe: bool = False,
     ) -> tuple[list[Delivery], list[str]]:
         """Pull up to `size` (of each, when a mapping) from each source, side by side (an empty
         queue answers after one pull wait, not one per source): what came, and the sources
@@ -1633,7 +1654,8 @@ class PullRounds:
         The sources of `glance` are pulled with `immediately` (never joined), and one that
         brings nothing is not marked found empty (only a held pull finds that).
         `settle` (a drain's pulls): a pull split into parts does not wait for parts held empty
-        (see _pull). `left` gets the sources whose pull the round left running.
+        (see _pull). `left` gets the sources whose pull the round left running. `probe` (a
+        look's probes): what such a pull brings is marked for the next look (Hand.probed_late).
         """
         held = self._hand(queue)
         joining: set[str] = set()
@@ -1721,6 +1743,10 @@ class PullRounds:
                 return
             try:
                 if isinstance(result, list):
+                    if probe and result:
+                        # Counted as the next look's probes: given back by it unless drained
+                        # (in the hand's turn), rather than keeping the shard's token here.
+                        held.probed_late(result)
                     held.hold(result)
                     if result:
                         # Not drained to empty after all (a drain's last pull, answered late).
