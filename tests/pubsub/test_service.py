@@ -413,8 +413,42 @@ def test_empty_leases_by_oldest_tag_take_20_calls_at_most_as_a_median(
             times.append(time.monotonic() - began)
         counts.append(calls.count)
     assert sorted(counts)[2] <= 20, counts
-    # the claims pull, the probes held a pull wait, the give-back
-    assert sorted(times)[2] <= wait + 3 * RTT + 0.25, times
+    # The claims pull, the probes held what is left of the call's pull wait, the give-back.
+    assert sorted(times)[2] <= wait + 2 * RTT + 0.25, times
+
+
+def test_an_empty_lease_by_oldest_tag_s_probes_wait_out_the_call_s_pull_wait(
+    layer: RealisticPubSub, backend: PubSubBackend
+) -> None:
+    """The look at the claims subscription comes first (a round trip or two): the probes then
+    wait what is left of the call's pull wait, not a pull wait of their own after it (the
+    empty lease took the pull wait plus 3 round trips, the issue's bound being 2)."""
+    queue = Queue("patience", backend)
+    queue.stats()
+    wait = backend.settings.pubsub_pull_wait
+    queue.lease(60, 100, group_by_tag=True)
+    pulls: Any = backend._pulls
+    pull_each = pulls._pull_each
+    rounds: list[tuple[float, float | None]] = []
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("probe") and kwargs.get("patient"):
+            rounds.append((time.monotonic(), kwargs.get("wait")))
+        return pull_each(*args, **kwargs)
+
+    pulls._pull_each = noted
+    try:
+        began = time.monotonic()
+        assert queue.lease(60, 100, group_by_tag=True) == []
+    finally:
+        del pulls._pull_each
+    assert rounds, "no patient probe round"
+    for at, probes_wait in rounds:
+        # After the claims look, and waited until the call's pull wait ended (counted from
+        # the adapter's start of the call, under a round trip after this one's).
+        assert at > began
+        assert probes_wait is not None
+        assert at + probes_wait <= began + wait + RTT, (at - began, probes_wait)
 
 
 def test_an_idle_process_waits_for_another_process_s_claim_at_a_few_calls_a_second(

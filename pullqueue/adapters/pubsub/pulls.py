@@ -255,7 +255,9 @@ class PullRounds:
         while True:
             looked = time.monotonic()
             last = last or looked + EMPTY_POLL >= until
-            picked = self._collect_oldest_group(queue, topology, max_tasks, end, last_look=last)
+            picked = self._collect_oldest_group(
+                queue, topology, max_tasks, end, last_look=last, patience=until
+            )
             if picked:
                 return picked
             if not last and self.rpc.holds_empty_pulls and self._pulled.get(queue, -1) < looked:
@@ -713,6 +715,7 @@ class PullRounds:
         end: float,
         *,
         last_look: bool = True,
+        patience: float | None = None,
     ) -> list[Delivery]:
         """The tasks sharing the tag of the oldest available task in hand.
 
@@ -722,12 +725,16 @@ class PullRounds:
         the oldest is chosen again; its tag's tasks are all in hand then, even with other
         processes leasing (they find that shard empty while this process serves it). With
         `last_look`, a call that finds nothing looks once more at every subscription.
+        `patience` (monotonic): when a probe of a look with nothing in hand stops waiting for
+        tasks (the call's pull wait, counted from the call's start); else a pull wait.
         """
         held = self._hand(queue)
         held.serving_oldest(time.time())
         self._collect_out(queue, wait=self._wait_out(queue))
         hand = held.take(None, self.settings.pubsub_hold_max + max_tasks)
-        hand, drained, partial = self._gather(queue, topology, hand, end, fresh=False)
+        hand, drained, partial = self._gather(
+            queue, topology, hand, end, fresh=False, patience=patience
+        )
         if not hand and last_look and time.monotonic() < end:
             # A last look before answering []: every subscription, including those found empty
             # or claimed a moment ago (tasks may have been given back to them since). The
@@ -737,7 +744,9 @@ class PullRounds:
             if self._collect_out(queue, wait=True):
                 hand = held.take(None, self.settings.pubsub_hold_max + max_tasks)
             held.release_claims()
-            hand, drained, partial = self._gather(queue, topology, hand, end, fresh=True)
+            hand, drained, partial = self._gather(
+                queue, topology, hand, end, fresh=True, patience=patience
+            )
         if not hand:
             held.release_claims()
             return []
@@ -1164,7 +1173,14 @@ class PullRounds:
         return not result and not failed and used >= WATCH_LEASES
 
     def _gather(
-        self, queue: str, topology: QueueTopology, hand: list[Delivery], end: float, *, fresh: bool
+        self,
+        queue: str,
+        topology: QueueTopology,
+        hand: list[Delivery],
+        end: float,
+        *,
+        fresh: bool,
+        patience: float | None = None,
     ) -> tuple[list[Delivery], set[str], set[str]]:
         """The hand plus the heads of the subscriptions it has nothing from (of the shards,
         those whose token this process holds or wins), with the subscription of the oldest
@@ -1190,7 +1206,7 @@ class PullRounds:
             # First tasks probes saw a moment ago and gave back: not probed again, but weighed
             # with the hand.
             seen = {} if fresh else held.heads(time.monotonic())
-            probed = self._probe(queue, topology, hand, end, seen, fresh=fresh)
+            probed = self._probe(queue, topology, hand, end, seen, fresh=fresh, patience=patience)
             held.probed({d.subscription for d in probed})
             hand += probed
             present = {d.subscription for d in hand}
@@ -1506,6 +1522,7 @@ class PullRounds:
         remembered: Mapping[str, tuple[float, str]],
         *,
         fresh: bool = False,
+        patience: float | None = None,
     ) -> list[Delivery]:
         """Pull the head of every subscription nothing in hand came from, side by side: of the
         shards, those whose token this process holds or wins now (other processes' shards are
@@ -1515,7 +1532,9 @@ class PullRounds:
         then every free token is looked for), nor one `remembered` (its head a probe saw a
         moment ago);
         deferred tasks a probe brings are hidden until their ETA, so the probes continue past
-        them.
+        them. A patient probe (nothing in hand) waits until `patience` when given (monotonic),
+        not a pull wait from now: an empty lease by oldest tag took the look at the claims
+        subscription (a round trip or two), then the pull wait, then the give-back.
         """
         now = time.monotonic()
         present = {d.subscription for d in hand}
@@ -1577,6 +1596,13 @@ class PullRounds:
         # a loaded machine one ran past its deadline and dropped them (hidden until their ack
         # deadline; test_pull_paths' drain-answer test, 1 in 4; docs/pubsub.md).
         left: list[str] = []
+        patient = not hand and not remembered
+        # Counted from the call's start (the claims look before it took a round trip or two).
+        wait = (
+            max(patience - time.monotonic(), NEXT_PULL_LEAST)
+            if patient and patience is not None
+            else None
+        )
         found, brought = self._pull_each(
             queue,
             topology,
@@ -1585,7 +1611,8 @@ class PullRounds:
             end,
             # With a task in hand or a head remembered, a probe only has to find an older one:
             # it waits on an empty subscription as a call with tasks does, not the pull wait.
-            patient=not hand and not remembered,
+            patient=patient,
+            wait=wait,
             spread=held_empty,
             cut=held_empty,
             grace=True,
@@ -1603,11 +1630,12 @@ class PullRounds:
             not hand
             and not found
             and len(sources) == len(topology.sources)
-            and held_for >= HELD_SHARE * self.settings.pubsub_pull_wait
+            and held_for >= HELD_SHARE * (wait or self.settings.pubsub_pull_wait)
             and self.rpc.holds_empty_pulls
         ):
             # Every subscription pulled and held the whole pull wait (as Pub/Sub holds an empty
-            # pull; the emulator answers at once): none had a task.
+            # pull; the emulator answers at once), or what the call had left of it: none had a
+            # task.
             self._searched[queue] = began
         return found
 
