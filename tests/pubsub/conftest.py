@@ -19,7 +19,7 @@ from pullqueue import Queue, Settings, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.layout import shard_of
 from tests.support.emulators import shared_emulator_host
-from tests.support.realpubsub import Knobs, RealisticPubSub
+from tests.support.realpubsub import Knobs, RealisticPubSub, start_as_on_the_service
 
 MakeBackend = Callable[..., PubSubBackend]
 
@@ -43,6 +43,14 @@ def backend_behind(layer: RealisticPubSub, prefix: str) -> Iterator[PubSubBacken
     made = backend_on(layer, f"{prefix}-{uuid.uuid4().hex[:12]}")
     yield made
     made.close()
+
+
+def backend_as_on_the_service(layer: RealisticPubSub, prefix: str) -> Iterator[PubSubBackend]:
+    """backend_behind, taking empty pulls as held from the start (start_as_on_the_service), as a
+    client of Pub/Sub itself does: `yield from backend_as_on_the_service(layer, "svc")`."""
+    for made in backend_behind(layer, prefix):
+        start_as_on_the_service(made.rpc)
+        yield made
 
 
 def add_in_order(queue: Queue, tags: list[str], per_tag: int) -> None:

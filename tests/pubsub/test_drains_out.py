@@ -23,7 +23,12 @@ import pytest
 from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.layout import shard_of
-from tests.pubsub.conftest import backend_behind, backend_on, service_layer, tags_on_shard_of
+from tests.pubsub.conftest import (
+    backend_as_on_the_service,
+    backend_on,
+    service_layer,
+    tags_on_shard_of,
+)
 from tests.support.realpubsub import RealisticPubSub, start_as_on_the_service
 
 RTT = 0.03
@@ -46,9 +51,7 @@ def layer(emulator: str) -> Iterator[RealisticPubSub]:
 
 @pytest.fixture
 def backend(layer: RealisticPubSub) -> Iterator[PubSubBackend]:
-    for made in backend_behind(layer, "out"):
-        start_as_on_the_service(made.rpc)
-        yield made
+    yield from backend_as_on_the_service(layer, "out")
 
 
 def _fill(queue: Queue) -> tuple[list[str], list[str]]:

@@ -21,7 +21,7 @@ import pytest
 from pullqueue import Queue
 from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.adapters.pubsub.layout import shard_of
-from tests.pubsub.conftest import add_in_order, backend_behind, backend_on, service_layer
+from tests.pubsub.conftest import add_in_order, backend_as_on_the_service, backend_on, service_layer
 from tests.support.realpubsub import RealisticPubSub, start_as_on_the_service
 
 RTT = 0.03
@@ -43,9 +43,7 @@ def layer(emulator: str) -> Iterator[RealisticPubSub]:
 
 @pytest.fixture
 def backend(layer: RealisticPubSub) -> Iterator[PubSubBackend]:
-    for made in backend_behind(layer, "late"):
-        start_as_on_the_service(made.rpc)
-        yield made
+    yield from backend_as_on_the_service(layer, "late")
 
 
 def _held_by_source(backend: PubSubBackend, queue: str) -> dict[str, int]:
