@@ -117,6 +117,15 @@ class Worker:
         """Batches whose handlers ended, being deleted and released (not handler capacity: the
         next lease runs beside their deletes)."""
         self._retry_due = 0.0
+        self._leasing = 0
+        """Lease calls in flight (each counts as the work it may bring: see `_may_lease`)."""
+        self._quiet = False
+        """After an empty or failed lease, one lease at a time until one brings work."""
+        self._calm_until = 0.0
+        """No lease starts before this (monotonic): the backoff after an empty or failed one."""
+        self._idle_since: float | None = None
+        self._leasers: list[threading.Thread] = []
+        self._crash: BaseException | None = None
         self._keeper = LeaseKeeper(queue.backend.now, self.lease_seconds)
         self._threads: list[threading.Thread] = []
 
@@ -164,6 +173,8 @@ class Worker:
             finally:
                 self._finish()
         log_event(logger, logging.INFO, "stopped", queue=self.queue.name, **self.stats.as_dict())
+        if self._crash is not None:
+            raise self._crash
         if self.error is not None:
             raise self.error
         return self.stats.snapshot()
@@ -218,46 +229,93 @@ class Worker:
             thread.start()
             self._threads.append(thread)
 
-    def _idle_capacity(self) -> bool:
-        return self._pending + self._running < self.concurrency
+    def _lease_width(self) -> int:
+        """Leases in flight at most: as many as the handler threads could start batches of (a
+        batch handler takes one batch a thread; per-task handlers `batch_size` tasks a lease)."""
+        per_lease = 1 if self.per_batch else self.batch_size
+        return max(1, self.concurrency // per_lease)
+
+    def _may_lease(self) -> bool:
+        """Whether one more lease may start now (under `_cond`): a lease in flight counts as
+        the work it may bring, and after an empty or failed lease one lease runs at a time."""
+        if self._leasing >= (1 if self._quiet else self._lease_width()):
+            return False
+        per_lease = 1 if self.per_batch else self.batch_size
+        return self._pending + self._running + self._leasing * per_lease < self.concurrency
 
     def _dispatch(self) -> None:
-        idle_since: float | None = None
+        """Lease until stopped, here and in the extra leasing threads (`_lease_width` in all)."""
+        for index in range(1, self._lease_width()):
+            thread = threading.Thread(
+                target=self._lease_thread, name=f"pullqueue-lease-{index}", daemon=True
+            )
+            thread.start()
+            self._leasers.append(thread)
+        self._lease_loop()
+
+    def _lease_thread(self) -> None:
+        """An extra leasing thread: a crash stops the worker and is raised by run()."""
+        try:
+            self._lease_loop()
+        except BaseException as exc:
+            self._crash = exc
+            self.stop()
+
+    def _lease_loop(self) -> None:
         while not self._stopping.is_set():
             with self._cond:
-                while not self._idle_capacity() and not self._stopping.is_set():
-                    self._cond.wait(0.5)
-            if not self._rate_slot():
-                return
-            tasks = self._lease()
-            if tasks is None:
-                continue
+                while not self._stopping.is_set():
+                    calm = self._calm_until - time.monotonic()
+                    if calm > 0:
+                        self._cond.wait(calm)
+                    elif self._may_lease():
+                        break
+                    else:
+                        self._cond.wait(0.5)
+                if self._stopping.is_set():
+                    return
+                self._leasing += 1
+            try:
+                tasks = self._lease() if self._rate_slot() else None
+                if tasks:
+                    self._submit(tasks)
+            finally:
+                with self._cond:
+                    self._leasing -= 1
+                    self._cond.notify_all()
+            if tasks is not None:
+                self._leased(tasks)
+
+    def _leased(self, tasks: list[Task]) -> None:
+        """After a lease answered: work resets the backoff and lets every leasing thread go;
+        an empty lease backs them all off together, or ends an idle worker (exit_when_idle)."""
+        now = time.monotonic()
+        with self._cond:
             if tasks:
-                idle_since = None
+                self._idle_since = None
+                self._quiet = False
+                self._calm_until = 0.0
                 self.backoff.reset()
-                self._submit(tasks)
-                continue
-            self.stats.add(empty_leases=1)
-            if self.exit_when_idle is None:
-                self._stopping.wait(self.backoff.next())
-                continue
-            now = time.monotonic()
-            with self._cond:
-                # Failed tasks waiting out their retry delay are work left: not idle yet.
-                busy = self._pending + self._running + self._settling > 0
-                busy = busy or now < self._retry_due
-            if busy:
-                idle_since = None
-            elif idle_since is None:
-                idle_since = now
-            if idle_since is not None and now - idle_since >= self.exit_when_idle:
-                log_event(logger, logging.INFO, "idle", queue=self.queue.name)
-                self.stop()
+                self._cond.notify_all()
                 return
+            self.stats.add(empty_leases=1)
+            self._quiet = True
             delay = self.backoff.next()
-            if idle_since is not None:
-                delay = min(delay, self.exit_when_idle - (now - idle_since))
-            self._stopping.wait(delay)
+            if self.exit_when_idle is not None:
+                # Failed tasks waiting out their retry delay are work left: not idle yet.
+                busy = self._pending + self._running + self._settling + self._leasing > 0
+                if busy or now < self._retry_due:
+                    self._idle_since = None
+                elif self._idle_since is None:
+                    self._idle_since = now
+                if self._idle_since is not None:
+                    idle = now - self._idle_since
+                    if idle >= self.exit_when_idle:
+                        log_event(logger, logging.INFO, "idle", queue=self.queue.name)
+                        self.stop()
+                        return
+                    delay = min(delay, self.exit_when_idle - idle)
+            self._calm_until = max(self._calm_until, now + delay)
 
     def _rate_slot(self) -> bool:
         """Wait for the queue's next lease-request slot; False when stopped meanwhile."""
@@ -267,7 +325,8 @@ class Worker:
         return not self._stopping.is_set()
 
     def _lease(self) -> list[Task] | None:
-        """One lease call: the tasks, or None after a transient error (already backed off)."""
+        """One lease call: the tasks, or None after a transient error (backed off: see
+        `_calm_until`) or a fatal one (the worker stops)."""
         self.stats.add(lease_requests=1)
         try:
             return self.queue.lease(
@@ -278,7 +337,11 @@ class Worker:
             )
         except TransientError as exc:
             self.stats.add(transient_errors=1)
-            delay = self.backoff.next()
+            with self._cond:
+                # Every leasing thread waits it out, and then one leases at a time.
+                delay = self.backoff.next()
+                self._quiet = True
+                self._calm_until = max(self._calm_until, time.monotonic() + delay)
             log_event(
                 logger,
                 logging.WARNING,
@@ -287,7 +350,6 @@ class Worker:
                 error=exc,
                 retry_in=round(delay, 3),
             )
-            self._stopping.wait(delay)
             return None
         except Error as exc:
             self.error = exc
@@ -297,6 +359,10 @@ class Worker:
 
     def _submit(self, tasks: list[Task]) -> None:
         batch = LeasedBatch(self.queue, tasks, self.stats, logger, self.retry)
+        if self._stopping.is_set():
+            # Leased in flight as the worker was told to stop: back now, unhandled.
+            self.stats.add(leased=len(tasks), released=batch.release(tasks, reason="stopping"))
+            return
         retried = sum(1 for t in tasks if t.retry_count > 1)
         self.stats.add(leased=len(tasks), retried=retried)
         log_event(
@@ -470,6 +536,11 @@ class Worker:
     def _finish(self) -> None:
         """Let running handlers finish (releasing queued tasks), or release all on abort."""
         self.stop()
+        # A lease in flight answers before the handler threads are told to end: its tasks are
+        # released by the thread that leased them (see `_submit`).
+        while any(t.is_alive() for t in self._leasers) and not self._aborted.is_set():
+            for thread in self._leasers:
+                thread.join(0.1)
         for _ in self._threads:
             self._work.put(None)
         while any(t.is_alive() for t in self._threads):

@@ -1,0 +1,146 @@
+"""The worker keeps several leases in flight when its threads can take their work.
+
+A lease is several round trips on Pub/Sub; one lease at a time left a 4-thread worker idle
+most of the time. These tests check how many leases run at once, and that none is lost on stop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Sequence
+
+from pullqueue import Task
+from pullqueue.worker import Backoff, Worker, batch_handler
+from tests.worker.faults import ScriptedBackend
+from tests.worker.test_worker import FAST, Recorder, fill, new_queue, run_in_thread, wait_for
+
+
+class SlowLeases(ScriptedBackend):
+    """Each lease takes `seconds`; notes every call's (start, end, task count)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.calls: list[tuple[float, float, int]] = []
+        self.flying = 0
+        self.most = 0
+
+    def lease(self, queue: str, *args: object, **kwargs: object) -> list[Task]:
+        began = time.monotonic()
+        with self._lock:
+            self.flying += 1
+            self.most = max(self.most, self.flying)
+        try:
+            time.sleep(self.seconds)
+            tasks = super().lease(queue, *args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            with self._lock:
+                self.flying -= 1
+        with self._lock:
+            self.calls.append((began, time.monotonic(), len(tasks)))
+        return tasks
+
+
+def test_a_batch_handler_worker_keeps_one_lease_in_flight_per_thread() -> None:
+    backend = SlowLeases(0.15)
+    queue = new_queue(backend)
+    names = fill(queue, 60)
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    @batch_handler
+    def record(tasks: Sequence[Task]) -> None:
+        with lock:
+            seen.extend(t.name or "" for t in tasks)
+
+    stats = Worker(queue, record, batch_size=5, concurrency=4, exit_when_idle=0.2, **FAST).run(
+        handle_signals=False
+    )
+    assert sorted(seen) == names
+    assert (stats.processed, stats.failed) == (60, 0)
+    assert queue.stats().tasks == 0
+    assert backend.most == 4
+
+
+def test_a_per_task_worker_leases_one_batch_at_a_time_when_a_batch_fills_its_threads() -> None:
+    backend = SlowLeases(0.05)
+    queue = new_queue(backend)
+    names = fill(queue, 40)
+    handler = Recorder()
+    stats = Worker(queue, handler, batch_size=10, concurrency=4, exit_when_idle=0.2, **FAST).run(
+        handle_signals=False
+    )
+    assert sorted(handler.names) == names
+    assert stats.processed == 40
+    assert backend.most == 1
+
+
+def test_a_per_task_worker_of_single_task_leases_keeps_one_in_flight_per_thread() -> None:
+    backend = SlowLeases(0.1)
+    queue = new_queue(backend)
+    names = fill(queue, 24)
+    handler = Recorder()
+    stats = Worker(queue, handler, batch_size=1, concurrency=3, exit_when_idle=0.2, **FAST).run(
+        handle_signals=False
+    )
+    assert sorted(handler.names) == names
+    assert stats.processed == 24
+    assert backend.most == 3
+
+
+def test_after_an_empty_lease_one_lease_runs_at_a_time_until_one_brings_work() -> None:
+    backend = SlowLeases(0.05)
+    queue = new_queue(backend)
+    handler = Recorder()
+    worker = Worker(
+        queue,
+        batch_handler(lambda tasks: handler.calls.extend(tasks)),
+        batch_size=2,
+        concurrency=4,
+        lease_requests_per_second=200.0,
+        backoff=Backoff(0.01, 0.02),
+    )
+    thread = run_in_thread(worker)
+    wait_for(lambda: len(backend.calls) >= 12)
+    first_empty_answer = min(end for _, end, count in backend.calls if count == 0)
+    later = sorted(c for c in backend.calls if c[0] >= first_empty_answer)
+    overlapping = [(a, b) for a, b in itertools.pairwise(later) if b[0] < a[1]]
+    assert not overlapping, "an idle worker ran leases side by side"
+    # Work comes: the worker widens again to one lease a thread.
+    backend.most = 0
+    names = fill(queue, 40)
+    wait_for(lambda: len(handler.calls) == 40)
+    worker.stop()
+    thread.join(5)
+    assert sorted(t.name for t in handler.calls) == names
+    assert backend.most >= 2
+
+
+def test_stop_with_leases_in_flight_releases_what_they_bring() -> None:
+    backend = SlowLeases(0.3)
+    queue = new_queue(backend)
+    fill(queue, 40)
+    handled: list[Task] = []
+    lock = threading.Lock()
+
+    @batch_handler
+    def record(tasks: Sequence[Task]) -> None:
+        with lock:
+            handled.extend(tasks)
+
+    worker = Worker(queue, record, batch_size=2, concurrency=4, **FAST)
+    thread = run_in_thread(worker)
+    # Stop in the middle of the second round of leases: four are in flight.
+    wait_for(lambda: len(backend.calls) >= 4 and backend.flying == 4)
+    worker.stop()
+    thread.join(10)
+    assert not thread.is_alive()
+    stats = worker.stats
+    assert stats.released >= 2, "the leases in flight at the stop brought tasks"
+    assert stats.processed == len(handled)
+    assert queue.stats().tasks == 40 - len(handled)
+    # Nothing is left leased: every task not handled is leasable at once.
+    back = queue.lease(60, 100)
+    assert len(back) == 40 - len(handled)
