@@ -1418,18 +1418,18 @@ class PullRounds:
         looks answered after those looks, Hand.probed_late): kept, the first process to look
         held the token of every shard whose probe answered late (49-62 of 64 shards at 4 x 1,
         the other three processes finding nothing to lease)."""
-        held = self._hand(queue)
-        looked = {d.subscription for d in probed} - pulled
-
-        def back_(d: Delivery) -> bool:
-            return d.subscription in looked or (d.ack_id in late and d.subscription not in pulled)
-
-        back = [d for d in hand if back_(d)]
-        if not back or len(back) == len(hand):
+        looked = {d.subscription for d in probed}
+        back: list[Delivery] = []
+        kept: list[Delivery] = []
+        for d in hand:
+            given = d.subscription not in pulled and (d.subscription in looked or d.ack_id in late)
+            (back if given else kept).append(d)
+        if not back or not kept:
             return hand
+        held = self._hand(queue)
         held.give_back(back)
         held.remember(back, _age)
-        return [d for d in hand if not back_(d)]
+        return kept
 
     def _drain(
         self,
