@@ -1,0 +1,198 @@
+"""Workers through a layer answering like the Pub/Sub service: leases side by side, by tag.
+
+Two workers (two adapters: two processes as far as the queue knows) of four threads each, and a
+real `pullqueue work` process getting SIGTERM while its leases are in flight; every knob of the
+layer on at 30 ms round trips.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from pullqueue import Queue, Task
+from pullqueue.adapters.pubsub import PubSubBackend
+from pullqueue.worker import Backoff, Worker, batch_handler
+from tests.pubsub.conftest import backend_on, service_layer
+from tests.support.emulators import shared_emulator_host
+from tests.support.realpubsub import RealisticPubSub, start_as_on_the_service
+
+RTT = 0.03
+PULLQUEUE = str(Path(sys.executable).with_name("pullqueue"))
+
+
+@pytest.fixture(scope="module")
+def layer() -> Iterator[RealisticPubSub]:
+    yield from service_layer(shared_emulator_host("pubsub"), RTT)
+
+
+@pytest.fixture
+def project() -> str:
+    return f"wsvc-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def backends(layer: RealisticPubSub, project: str) -> Iterator[list[PubSubBackend]]:
+    """Two adapters on one project, taking empty pulls as held from the start."""
+    made = [backend_on(layer, project) for _ in range(2)]
+    for backend in made:
+        start_as_on_the_service(backend.rpc)
+    yield made
+    for backend in made:
+        backend.close()
+
+
+class InFlight:
+    """Counts a queue's lease calls running at once (wraps Queue.lease of one queue object)."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.flying = 0
+        self.most = 0
+        self._lock = threading.Lock()
+        lease = queue.lease
+
+        def counted(*args: object, **kwargs: object) -> list[Task]:
+            with self._lock:
+                self.flying += 1
+                self.most = max(self.most, self.flying)
+            try:
+                return lease(*args, **kwargs)  # type: ignore[arg-type]
+            finally:
+                with self._lock:
+                    self.flying -= 1
+
+        queue.lease = counted  # type: ignore[method-assign]
+
+
+def test_two_workers_of_four_threads_lease_side_by_side_and_keep_tags_whole(
+    backends: list[PubSubBackend],
+) -> None:
+    name = f"work-{uuid.uuid4().hex[:8]}"
+    tags = [f"user-{i}" for i in range(40)]
+    adder = Queue(name, backends[0])
+    names: list[str] = []
+    for round_ in range(10):
+        batch = [Task(f"t-{round_}-{i}", tag=tag) for i, tag in enumerate(tags)]
+        adder.add(batch)
+        names += [t.payload.decode() for t in batch]
+    batches: list[list[Task]] = []
+    lock = threading.Lock()
+
+    @batch_handler
+    def record(tasks: Sequence[Task]) -> None:
+        with lock:
+            batches.append(list(tasks))
+
+    queues = [Queue(name, backend) for backend in backends]
+    flights = [InFlight(queue) for queue in queues]
+    workers = [
+        Worker(
+            queue,
+            record,
+            group_by_tag=True,
+            batch_size=100,
+            concurrency=4,
+            exit_when_idle=3.0,
+            lease_requests_per_second=1000.0,
+            backoff=Backoff(0.05, 0.2),
+        )
+        for queue in queues
+    ]
+    threads = [
+        threading.Thread(target=w.run, kwargs={"handle_signals": False}, daemon=True)
+        for w in workers
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(t.is_alive() for t in threads)
+    handled = Counter(t.payload.decode() for batch in batches for t in batch)
+    assert sorted(handled) == sorted(names), "a task was not handled"
+    assert max(handled.values()) == 1, "a task was handled twice"
+    assert all(len({t.tag for t in batch}) == 1 for batch in batches), "a batch mixed tags"
+    # Each tag's 10 tasks in one batch (the legacy batch), with at most one tag split.
+    assert len(batches) <= len(tags) + 1, Counter(batch[0].tag for batch in batches)
+    assert all(f.most >= 2 for f in flights), [f.most for f in flights]
+    assert sum(w.stats.processed for w in workers) == len(names)
+
+
+HANDLER = """
+import os, time
+from pullqueue.worker import batch_handler
+
+@batch_handler
+def handle(tasks):
+    time.sleep(0.1)
+    with open(os.environ["DONE_FILE"], "a") as out:
+        out.write("".join(t.payload.decode() + "\\n" for t in tasks))
+"""
+
+
+def test_sigterm_with_leases_in_flight_loses_nothing(
+    layer: RealisticPubSub, backends: list[PubSubBackend], project: str, tmp_path: Path
+) -> None:
+    name = f"work-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, backends[0])
+    tags = [f"user-{i}" for i in range(30)]
+    names = [f"t-{r}-{i}" for r in range(10) for i in range(len(tags))]
+    for r in range(10):
+        queue.add([Task(f"t-{r}-{i}", tag=tag) for i, tag in enumerate(tags)])
+    (tmp_path / "batch_handler.py").write_text(textwrap.dedent(HANDLER))
+    done_file = tmp_path / "done.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PULLQUEUE_")}
+    env.update(
+        PUBSUB_EMULATOR_HOST=layer.address,
+        PULLQUEUE_AUTO_CREATE="1",
+        PULLQUEUE_LEASE_REQUESTS_PER_SECOND="1000",
+        DONE_FILE=str(done_file),
+    )
+    worker = subprocess.Popen(
+        [
+            PULLQUEUE,
+            "work",
+            name,
+            "batch_handler:handle",
+            "--url",
+            f"pubsub://{project}",
+            "--group-by-tag",
+            "--batch-size",
+            "100",
+            "--concurrency",
+            "4",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not done_file.exists() or len(done_file.read_text().split()) < 40:
+        assert worker.poll() is None, worker.communicate()
+        assert time.monotonic() < deadline, "the worker handled nothing"
+        time.sleep(0.02)
+    worker.send_signal(signal.SIGTERM)
+    _, log = worker.communicate(timeout=60)
+    assert worker.returncode == 0, log
+    done = done_file.read_text().split()
+    assert len(done) == len(set(done)), "a task was handled twice"
+    assert len(done) < len(names), "stopped before the queue was drained"
+    # Whatever was leased and not handled (those in flight at the signal too) is back at once.
+    left: list[Task] = []
+    other = Queue(name, backends[1])
+    until = time.monotonic() + 30
+    while len(left) < len(names) - len(done) and time.monotonic() < until:
+        left += other.lease(300, 1000)
+    assert sorted(t.payload.decode() for t in left) == sorted(set(names) - set(done))
