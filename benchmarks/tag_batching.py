@@ -25,7 +25,9 @@ below 10 KB payloads, where it is not sampled).
 (`--processes` of them) with the batch handler benchmarks/work_recorder.py:record (`--work-plain`
 a row `work-pl` of the same without --group-by-tag, leasing plainly); its
 calls/lease column is lease calls per non-empty lease, its drain time counts from the
-processes' start. `--shards N`: the Pub/Sub queue is provisioned with N shard topics (default
+processes' start; a line under the ratios gives their start-up (to the slowest process's first
+lease call) and their ratio to the raw row past it, whose processes start before its clock.
+`--shards N`: the Pub/Sub queue is provisioned with N shard topics (default
 16; the workers read it from the queue topic's label).
 `--rtt-ms MS`: a realistic layer (tests/support/realpubsub.py, `Knobs.service(MS / 1000)`: that
 round trip, partial pulls, filters, held empty pulls, the 600 s cap) is put in front of the
@@ -126,6 +128,9 @@ class Outcome:
     """The median milliseconds of a non-empty lease call (the raw row: of a non-empty pull)."""
     delete_ms: float = 0.0
     """The median milliseconds of a delete_tasks call (the raw row: of an acknowledge)."""
+    startup: float = 0.0
+    """--work: seconds from the processes' start to their first lease call (the slowest
+    process's): the imports, the command's set-up and the adapter's start."""
     dropped: int = 0
     """--rtt-ms: messages in pull answers the layer dropped as arriving after the client's
     deadline (hidden until their ack deadline: the `late` tasks come from these)."""
@@ -534,11 +539,14 @@ def run_work(
                 batches.append((item["t"], item["names"], item["tags"]))
         leases: list[tuple[float, int]] = []
         skipped = 0
+        first_calls: list[float] = []
         for path in Path(tmp).glob("leases-*.json"):
             report = json.loads(path.read_text())
             leases += [(t, n) for t, n in report["leases"]]
             skipped += report["skipped"]
+            first_calls += report["first_call"]
     outcome = summarize(pairs, batches, start)
+    outcome.startup = max(first_calls, default=start) - start
     # Workers started after `start`: their start-up is in the drain, as a deployment's would be.
     end = max((t for t, _, _ in batches), default=start)
     outcome.empty = sum(1 for t, n in leases if n == 0 and t <= end)
@@ -961,6 +969,18 @@ def run_all(args: argparse.Namespace, host: str, layer: Any, dropped: Dropped | 
                 if label in rows:
                     rate = statistics.median(o.rate for o in rows[label])
                     print(f"{name} / raw tasks/s: {rate / max(raw, 1e-9):.2f}", flush=True)
+            for label, name in (("work", "work"), ("work-pl", "work plain")):
+                if label in rows:
+                    # The raw row's processes were started before its clock: so are these.
+                    started = statistics.median(o.startup for o in rows[label])
+                    past = statistics.median(
+                        o.rate * o.drain / max(o.drain - o.startup, 1e-3) for o in rows[label]
+                    )
+                    print(
+                        f"{name} / raw tasks/s past the processes' start-up ({started:.1f} s"
+                        f" to the first lease call): {past / max(raw, 1e-9):.2f}",
+                        flush=True,
+                    )
         timed = [
             f"{label} {statistics.median(o.lease_ms for o in outcomes):.0f} /"
             f" {statistics.median(o.delete_ms for o in outcomes):.0f}"

@@ -25,6 +25,7 @@ _OUT = Path(os.environ.get("TAGBENCH_OUT", "."))
 _AS_SERVICE = bool(os.environ.get(AS_SERVICE_ENV))
 _lock = threading.Lock()
 _leases: list[tuple[float, int]] = []
+_first_call: list[float] = []
 _backends: list[Any] = []
 _lease = Queue.lease
 
@@ -32,6 +33,9 @@ _lease = Queue.lease
 def _counted(self: Queue, *args: Any, **kwargs: Any) -> list[Task]:
     """Queue.lease, noting when each call returned and how many tasks. Behind the realistic
     layer (AS_SERVICE_ENV), the adapter starts as on the service from its first lease."""
+    with _lock:
+        if not _first_call:
+            _first_call.append(time.time())
     rpc = getattr(self.backend, "rpc", None)
     if _AS_SERVICE and rpc is not None:
         start_as_on_the_service(rpc)
@@ -65,5 +69,5 @@ def record(tasks: Sequence[Task]) -> None:
 def _report() -> None:
     book = getattr(_backends[0], "_book", None) if _backends else None
     skipped = sum(book._skipped.values()) if book is not None else 0
-    report = {"leases": _leases, "skipped": skipped}
+    report = {"leases": _leases, "skipped": skipped, "first_call": _first_call[:1]}
     (_OUT / f"leases-{os.getpid()}.json").write_text(json.dumps(report))
