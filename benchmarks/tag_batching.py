@@ -23,7 +23,8 @@ kept alive; the resident size adds freed memory the allocator keeps; 0 without g
 below 10 KB payloads, where it is not sampled).
 `--work` adds a row of real `pullqueue work --group-by-tag --concurrency THREADS` processes
 (`--processes` of them) with the batch handler benchmarks/work_recorder.py:record (`--work-plain`
-a row `work-pl` of the same without --group-by-tag, leasing plainly); its
+a row `work-pl` of the same without --group-by-tag, leasing plainly; `--work-per-task` gives
+both the per-task handler record_task instead, its tasks put back together by lease); its
 calls/lease column is lease calls per non-empty lease, its drain time counts from the
 processes' start; a line under the ratios gives their start-up (to the slowest process's first
 lease call) and their ratio to the raw row past it, whose processes start before its clock.
@@ -47,7 +48,7 @@ deadline (they stay out until their ack deadline: the `late` tasks).
 
     python benchmarks/tag_batching.py [--tasks 20000] [--tags 200 1000] [--processes 4]
         [--threads 1] [--runs 3] [--stop-at-first-empty] [--payload-bytes 0 ...] [--plain]
-        [--max-tasks 1000] [--shards 16] [--work] [--work-plain] [--raw]
+        [--max-tasks 1000] [--shards 16] [--work] [--work-plain] [--work-per-task] [--raw]
         [--rtt-ms 30]
 
 Honours PUBSUB_EMULATOR_HOST; otherwise starts the emulator from the gcloud SDK (stopped at exit).
@@ -491,10 +492,12 @@ def run_work(
     max_tasks: int = 1000,
     shards: int | None = None,
     group_by_tag: bool = True,
+    per_task: bool = False,
 ) -> Outcome:
     """`pullqueue work --group-by-tag --concurrency N` (without --group-by-tag unless
     `group_by_tag`) in `processes` real processes, with the batch handler
-    benchmarks/work_recorder.py:record, until each has been idle WORK_IDLE s."""
+    benchmarks/work_recorder.py:record (`per_task`: the per-task handler record_task), until
+    each has been idle WORK_IDLE s."""
     project = fill_pubsub(pairs, payload_bytes, shards)
     root = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="tagbench-") as tmp:
@@ -511,7 +514,7 @@ def run_work(
             "from pullqueue.cli import main; main()",
             "work",
             QUEUE,
-            "benchmarks.work_recorder:record",
+            f"benchmarks.work_recorder:{'record_task' if per_task else 'record'}",
             *(["--group-by-tag"] if group_by_tag else []),
             "--batch-size",
             str(max_tasks),
@@ -534,9 +537,18 @@ def run_work(
                 raise SystemExit(f"pullqueue work exited with {w.returncode}")
         batches: list[tuple[float, list[str], list[str]]] = []
         for path in Path(tmp).glob("batches-*.jsonl"):
+            # The per-task handler's lines, one a task, put back together by lease.
+            by_lease: dict[int, tuple[float, list[str], list[str]]] = {}
             for line in path.read_text().splitlines():
                 item = json.loads(line)
-                batches.append((item["t"], item["names"], item["tags"]))
+                if "lease" not in item:
+                    batches.append((item["t"], item["names"], item["tags"]))
+                    continue
+                t, names, tags = by_lease.setdefault(item["lease"], (item["t"], [], []))
+                names += item["names"]
+                tags += item["tags"]
+                by_lease[item["lease"]] = (max(t, item["t"]), names, tags)
+            batches += by_lease.values()
         leases: list[tuple[float, int]] = []
         skipped = 0
         first_calls: list[float] = []
@@ -832,6 +844,12 @@ def main(argv: list[str] | None = None) -> None:
         " --group-by-tag (row work-pl)",
     )
     parser.add_argument(
+        "--work-per-task",
+        action="store_true",
+        help="the work rows' handler takes one task a call (work_recorder:record_task; the"
+        " default is the batch handler work_recorder:record)",
+    )
+    parser.add_argument(
         "--plain", action="store_true", help="also run plain lease_tasks, the throughput baseline"
     )
     parser.add_argument(
@@ -928,10 +946,13 @@ def run_all(args: argparse.Namespace, host: str, layer: Any, dropped: Dropped | 
             )
             if args.plain:
                 rows["plain"].append(counted(run_pubsub, *shape, plain=True, **options))
+            per_task = args.work_per_task
             if args.work:
-                rows["work"].append(counted(run_work, *shape, **options))
+                rows["work"].append(counted(run_work, *shape, per_task=per_task, **options))
             if args.work_plain:
-                rows["work-pl"].append(counted(run_work, *shape, group_by_tag=False, **options))
+                rows["work-pl"].append(
+                    counted(run_work, *shape, group_by_tag=False, per_task=per_task, **options)
+                )
             if args.raw:
                 rows["raw"].append(counted(run_pubsub, *shape, raw=True, **options))
         base = statistics.median(o.mean_batch for o in rows["memory"])

@@ -1,8 +1,10 @@
-"""A `pullqueue work` batch handler for `benchmarks/tag_batching.py --work`: records each batch.
+"""`pullqueue work` handlers for `benchmarks/tag_batching.py --work`: record each batch or task.
 
 Each worker process appends one JSON line per batch (time, names, tags) to
-$TAGBENCH_OUT/batches-<pid>.jsonl and, at exit, its lease calls (time, tasks) and the deliveries
-it gave back unleased, so the benchmark scores real `pullqueue work` processes as its own loop.
+$TAGBENCH_OUT/batches-<pid>.jsonl (the per-task handler one line per task, with the number of
+the lease that brought it, so the benchmark puts the lease's batch back together) and, at exit,
+its lease calls (time, tasks) and the deliveries it gave back unleased, so the benchmark scores
+real `pullqueue work` processes as its own loop.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ _AS_SERVICE = bool(os.environ.get(AS_SERVICE_ENV))
 _lock = threading.Lock()
 _leases: list[tuple[float, int]] = []
 _first_call: list[float] = []
+_lease_of: dict[int, int] = {}
+"""The number of the lease call (in this process) that returned each task object, by id()."""
 _backends: list[Any] = []
 _lease = Queue.lease
 
@@ -42,6 +46,8 @@ def _counted(self: Queue, *args: Any, **kwargs: Any) -> list[Task]:
     tasks = _lease(self, *args, **kwargs)
     with _lock:
         _leases.append((time.time(), len(tasks)))
+        for task in tasks:
+            _lease_of[id(task)] = len(_leases)
         if not _backends:
             _backends.append(self.backend)
     return tasks
@@ -63,6 +69,17 @@ def record(tasks: Sequence[Task]) -> None:
     )
     with _lock, open(_OUT / f"batches-{os.getpid()}.jsonl", "a") as out:
         out.write(line + "\n")
+
+
+def record_task(task: Task) -> None:
+    """Note the task and the lease it came with; returning has the worker delete it."""
+    with _lock:
+        lease = _lease_of.pop(id(task), 0)
+        line = json.dumps(
+            {"t": time.time(), "names": [name_of(task)], "tags": [task.tag], "lease": lease}
+        )
+        with open(_OUT / f"batches-{os.getpid()}.jsonl", "a") as out:
+            out.write(line + "\n")
 
 
 @atexit.register

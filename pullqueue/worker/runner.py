@@ -32,9 +32,13 @@ from pullqueue.worker.batch import LeasedBatch
 from pullqueue.worker.handler import is_batch_handler
 from pullqueue.worker.keeper import LeaseKeeper
 from pullqueue.worker.logs import log_event
+from pullqueue.worker.pace import LeasePace
 from pullqueue.worker.stats import WorkerStats
 
 logger = logging.getLogger("pullqueue.worker")
+
+MAX_LEASES_IN_FLIGHT = 8
+"""A worker's leases in flight at most, however many handler threads it runs."""
 
 _Item = tuple[LeasedBatch, Task | None]
 """A unit of handler work: one task, or (None) the whole batch for a batch handler."""
@@ -126,6 +130,7 @@ class Worker:
         self._idle_since: float | None = None
         self._leasers: list[threading.Thread] = []
         self._crash: BaseException | None = None
+        self._pace = LeasePace()
         self._keeper = LeaseKeeper(queue.backend.now, self.lease_seconds)
         self._threads: list[threading.Thread] = []
 
@@ -230,18 +235,22 @@ class Worker:
             self._threads.append(thread)
 
     def _lease_width(self) -> int:
-        """Leases in flight at most: as many as the handler threads could start batches of (a
-        batch handler takes one batch a thread; per-task handlers `batch_size` tasks a lease)."""
-        per_lease = 1 if self.per_batch else self.batch_size
-        return max(1, self.concurrency // per_lease)
+        """Leases in flight at most: one per handler thread, up to MAX_LEASES_IN_FLIGHT."""
+        return max(1, min(self.concurrency, MAX_LEASES_IN_FLIGHT))
 
     def _may_lease(self) -> bool:
-        """Whether one more lease may start now (under `_cond`): a lease in flight counts as
-        the work it may bring, and after an empty or failed lease one lease runs at a time."""
+        """Whether one more lease may start now (under `_cond`). A lease in flight counts as
+        the work it may bring (one batch for a batch handler, `batch_size` tasks for a per-task
+        one). A lease starts when a handler thread would otherwise be idle, or early, when the
+        work queued and on its way would be started within two lease times (LeasePace). After
+        an empty or failed lease one runs at a time."""
         if self._leasing >= (1 if self._quiet else self._lease_width()):
             return False
         per_lease = 1 if self.per_batch else self.batch_size
-        return self._pending + self._running + self._leasing * per_lease < self.concurrency
+        ahead = self._pending + self._leasing * per_lease
+        if ahead + self._running < self.concurrency:
+            return True
+        return self._pace.due(ahead, self._running, self.concurrency)
 
     def _dispatch(self) -> None:
         """Lease until stopped, here and in the extra leasing threads (`_lease_width` in all)."""
@@ -276,9 +285,13 @@ class Worker:
                     return
                 self._leasing += 1
             try:
-                tasks = self._lease() if self._rate_slot() else None
-                if tasks:
-                    self._submit(tasks)
+                tasks = None
+                if self._rate_slot():
+                    began = time.monotonic()
+                    tasks = self._lease()
+                    if tasks:
+                        self._pace.leased(time.monotonic() - began)
+                        self._submit(tasks)
             finally:
                 with self._cond:
                     self._leasing -= 1
@@ -417,6 +430,7 @@ class Worker:
                         self._cond.notify_all()
 
     def _timed(self, started: float, error: BaseException | None) -> None:
+        self._pace.handled(time.perf_counter() - started)
         attributes = self._metric_attributes
         if error is not None:
             attributes = {**attributes, metrics.ERROR_TYPE: type(error).__qualname__}

@@ -64,17 +64,41 @@ def test_a_batch_handler_worker_keeps_one_lease_in_flight_per_thread() -> None:
     assert backend.most == 4
 
 
-def test_a_per_task_worker_leases_one_batch_at_a_time_when_a_batch_fills_its_threads() -> None:
-    backend = SlowLeases(0.05)
+def test_a_per_task_worker_with_slow_handlers_leases_only_as_a_thread_runs_out() -> None:
+    backend = SlowLeases(0.02)
     queue = new_queue(backend)
-    names = fill(queue, 40)
+    names = fill(queue, 30)
     handler = Recorder()
-    stats = Worker(queue, handler, batch_size=10, concurrency=4, exit_when_idle=0.2, **FAST).run(
+    queued: list[int] = []
+    worker: Worker
+
+    def slow(task: Task) -> None:
+        queued.append(worker._pending)
+        time.sleep(0.05)
+        handler(task)
+
+    worker = Worker(queue, slow, batch_size=10, concurrency=2, exit_when_idle=0.2, **FAST)
+    stats = worker.run(handle_signals=False)
+    assert sorted(handler.names) == names
+    assert stats.processed == 30
+    # 10 queued tasks keep 2 threads busy 0.25 s, ten leases' time: no lease ahead of that.
+    assert backend.most == 1
+    # Never more than one lease's tasks waiting for a thread.
+    assert max(queued) <= 10
+
+
+def test_a_per_task_worker_with_quick_handlers_keeps_leases_in_flight() -> None:
+    backend = SlowLeases(0.1)
+    queue = new_queue(backend)
+    names = fill(queue, 200)
+    handler = Recorder()
+    stats = Worker(queue, handler, batch_size=10, concurrency=4, exit_when_idle=0.3, **FAST).run(
         handle_signals=False
     )
     assert sorted(handler.names) == names
-    assert stats.processed == 40
-    assert backend.most == 1
+    assert stats.processed == 200
+    # Ten quick tasks last far less than a lease: the next leases are in flight meanwhile.
+    assert backend.most >= 2
 
 
 def test_a_per_task_worker_of_single_task_leases_keeps_one_in_flight_per_thread() -> None:
