@@ -116,6 +116,8 @@ class Worker:
         self._work: queue_module.SimpleQueue[_Item | None] = queue_module.SimpleQueue()
         self._cond = threading.Condition()
         self._pending = 0
+        self._pending_bytes = 0
+        """Payload bytes of the queued items (the early-lease rule keeps it bounded)."""
         self._running = 0
         self._settling = 0
         """Batches whose handlers ended, being deleted and released (not handler capacity: the
@@ -250,7 +252,9 @@ class Worker:
         ahead = self._pending + self._leasing * per_lease
         if ahead + self._running < self.concurrency:
             return True
-        return self._pace.due(ahead, self._running, self.concurrency)
+        return self._pace.due(
+            ahead, self._running, self.concurrency, self._pending_bytes, self._leasing + 1
+        )
 
     def _dispatch(self) -> None:
         """Lease until stopped, here and in the extra leasing threads (`_lease_width` in all)."""
@@ -290,7 +294,7 @@ class Worker:
                     began = time.monotonic()
                     tasks = self._lease()
                     if tasks:
-                        self._pace.leased(time.monotonic() - began)
+                        self._pace.leased(time.monotonic() - began, _payload_bytes(tasks))
                         self._submit(tasks)
             finally:
                 with self._cond:
@@ -392,6 +396,9 @@ class Worker:
         self._keeper.track(batch)
         with self._cond:
             self._pending += len(items)
+            self._pending_bytes += sum(
+                _payload_bytes(batch.tasks if t is None else [t]) for _, t in items
+            )
         for item in items:
             self._work.put(item)
 
@@ -404,6 +411,9 @@ class Worker:
                 return
             with self._cond:
                 self._pending -= 1
+                self._pending_bytes -= _payload_bytes(
+                    item[0].tasks if item[1] is None else [item[1]]
+                )
                 self._running += 1
             batch, task = item
             try:
@@ -568,6 +578,10 @@ class Worker:
                 self.stats.add(released=batch.abandon())
         self._keeper.stop()
         metrics.held.forget(self)
+
+
+def _payload_bytes(tasks: Iterable[Task]) -> int:
+    return sum(len(task.payload) for task in tasks)
 
 
 def run_worker(queue: Queue, handler: Callable[..., Any], **options: Any) -> WorkerStats:

@@ -11,8 +11,10 @@ import threading
 import time
 from collections.abc import Sequence
 
+import pytest
+
 from pullqueue import Task
-from pullqueue.worker import Backoff, Worker, batch_handler
+from pullqueue.worker import Backoff, Worker, batch_handler, pace
 from tests.worker.faults import ScriptedBackend
 from tests.worker.test_worker import FAST, Recorder, fill, new_queue, run_in_thread, wait_for
 
@@ -168,3 +170,19 @@ def test_stop_with_leases_in_flight_releases_what_they_bring() -> None:
     # Nothing is left leased: every task not handled is leasable at once.
     back = queue.lease(60, 100)
     assert len(back) == 40 - len(handled)
+
+
+def test_large_payloads_start_no_lease_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quick handler of the test above, with 200 KB payloads and the early-lease budget at
+    1 MiB: a lease brings 2 MB, so leases start only as a thread would be idle, one at a time."""
+    monkeypatch.setattr(pace, "EARLY_BYTES", 2**20)
+    backend = SlowLeases(0.1)
+    queue = new_queue(backend)
+    big = b"x" * 200_000
+    queue.add([Task(big, name=f"big-{i:03d}") for i in range(60)])
+    handler = Recorder()
+    stats = Worker(queue, handler, batch_size=10, concurrency=4, exit_when_idle=0.3, **FAST).run(
+        handle_signals=False
+    )
+    assert stats.processed == 60
+    assert backend.most == 1
