@@ -196,3 +196,47 @@ def test_sigterm_with_leases_in_flight_loses_nothing(
     while len(left) < len(names) - len(done) and time.monotonic() < until:
         left += other.lease(300, 1000)
     assert sorted(t.payload.decode() for t in left) == sorted(set(names) - set(done))
+
+
+def test_a_worker_by_a_named_tag_leases_side_by_side_and_takes_only_that_tag(
+    backends: list[PubSubBackend],
+) -> None:
+    name = f"work-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, backends[0])
+    for round_ in range(6):
+        queue.add(
+            [
+                Task(f"{tag}/{round_}-{i}", tag=tag)
+                for tag in ("user-1", "user-2", "user-3")
+                for i in range(10)
+            ]
+        )
+    handled: list[str] = []
+    lock = threading.Lock()
+
+    @batch_handler
+    def record(tasks: Sequence[Task]) -> None:
+        with lock:
+            handled.extend(t.payload.decode() for t in tasks)
+
+    flight = InFlight(queue)
+    stats = Worker(
+        queue,
+        record,
+        tag="user-1",
+        batch_size=5,
+        concurrency=4,
+        exit_when_idle=2.0,
+        lease_requests_per_second=1000.0,
+        backoff=Backoff(0.05, 0.2),
+    ).run(handle_signals=False)
+    assert sorted(handled) == sorted(f"user-1/{r}-{i}" for r in range(6) for i in range(10))
+    assert stats.processed == 60
+    assert flight.most >= 2
+    # The other tags are all there for another process.
+    left: list[Task] = []
+    other = Queue(name, backends[1])
+    until = time.monotonic() + 30
+    while len(left) < 120 and time.monotonic() < until:
+        left += other.lease(300, 1000)
+    assert sorted(t.tag or "" for t in left) == ["user-2"] * 60 + ["user-3"] * 60
