@@ -1,9 +1,10 @@
 """`Worker`: runs a handler over a queue the way legacy pull-queue workers were told to behave.
 
-It leases batches (by tag, grouped by the oldest task's tag, or any), hands tasks to N handler
-threads, deletes what succeeded, releases what failed, keeps leases alive while handlers run,
-backs off on empty leases and transient errors, stays under the per-queue lease-request rate,
-and on SIGTERM/SIGINT finishes what is running and releases the rest, so nothing is lost.
+It leases batches (by tag, grouped by the oldest task's tag, or any; several leases in flight
+when the handlers are quick, paced by worker/pace.py), hands tasks to N handler threads, deletes
+what succeeded, releases what failed, keeps leases alive while handlers run, backs off on empty
+leases and transient errors, stays under the per-queue lease-request rate, and on SIGTERM/SIGINT
+finishes what is running and releases the rest, so nothing is lost.
 """
 
 from __future__ import annotations
