@@ -89,31 +89,28 @@ def test_a_per_task_worker_with_slow_handlers_leases_only_as_a_thread_runs_out()
     assert max(queued) <= 10
 
 
-def test_a_per_task_worker_with_quick_handlers_keeps_leases_in_flight() -> None:
+@pytest.mark.parametrize(
+    ("batch_size", "threads", "tasks", "fewest", "most"),
+    [
+        # Ten quick tasks last far less than a lease: the next leases are in flight meanwhile.
+        (10, 4, 200, 2, 4),
+        # Single-task leases: one in flight per thread.
+        (1, 3, 24, 3, 3),
+    ],
+)
+def test_a_per_task_worker_with_quick_handlers_keeps_leases_in_flight(
+    batch_size: int, threads: int, tasks: int, fewest: int, most: int
+) -> None:
     backend = SlowLeases(0.1)
     queue = new_queue(backend)
-    names = fill(queue, 200)
+    names = fill(queue, tasks)
     handler = Recorder()
-    stats = Worker(queue, handler, batch_size=10, concurrency=4, exit_when_idle=0.3, **FAST).run(
-        handle_signals=False
-    )
+    stats = Worker(
+        queue, handler, batch_size=batch_size, concurrency=threads, exit_when_idle=0.3, **FAST
+    ).run(handle_signals=False)
     assert sorted(handler.names) == names
-    assert stats.processed == 200
-    # Ten quick tasks last far less than a lease: the next leases are in flight meanwhile.
-    assert backend.most >= 2
-
-
-def test_a_per_task_worker_of_single_task_leases_keeps_one_in_flight_per_thread() -> None:
-    backend = SlowLeases(0.1)
-    queue = new_queue(backend)
-    names = fill(queue, 24)
-    handler = Recorder()
-    stats = Worker(queue, handler, batch_size=1, concurrency=3, exit_when_idle=0.2, **FAST).run(
-        handle_signals=False
-    )
-    assert sorted(handler.names) == names
-    assert stats.processed == 24
-    assert backend.most == 3
+    assert stats.processed == tasks
+    assert fewest <= backend.most <= most
 
 
 def test_after_an_empty_lease_one_lease_runs_at_a_time_until_one_brings_work() -> None:

@@ -150,6 +150,24 @@ def test_a_slow_handler_keeps_its_lease(backend: Backend) -> None:
     assert (worker.stats.processed, worker.stats.leases_lost) == (1, 0)
 
 
+def sigterm_once_done(
+    worker: subprocess.Popen[str], done_file: Path, count: int
+) -> tuple[list[str], str]:
+    """SIGTERM to a `pullqueue work` process once its handler wrote `count` names to
+    done_file; the names written by its exit (none twice), and its log. It must exit 0."""
+    deadline = time.monotonic() + 60
+    while not done_file.exists() or len(done_file.read_text().split()) < count:
+        assert worker.poll() is None, worker.communicate()
+        assert time.monotonic() < deadline, "the worker handled nothing"
+        time.sleep(0.02)
+    worker.send_signal(signal.SIGTERM)
+    _, log = worker.communicate(timeout=60)
+    assert worker.returncode == 0, log
+    done = done_file.read_text().split()
+    assert len(done) == len(set(done)), "a task was handled twice"
+    return done, log
+
+
 WORK_OPTIONS = ["--batch-size", "50", "--concurrency", "2"]
 HANDLER = """
 import os, time
@@ -181,16 +199,7 @@ def test_sigterm_mid_batch_loses_nothing(backend: Backend, emulator: str, tmp_pa
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    while not done_file.exists() or len(done_file.read_text().split()) < 20:
-        assert worker.poll() is None, worker.communicate()
-        assert time.monotonic() < deadline, "the worker handled nothing"
-        time.sleep(0.02)
-    worker.send_signal(signal.SIGTERM)
-    _, log = worker.communicate(timeout=60)
-    assert worker.returncode == 0, log
-    done = done_file.read_text().split()
-    assert len(done) == len(set(done)), "a task was handled twice"
+    done, log = sigterm_once_done(worker, done_file, 20)
     assert 20 <= len(done) < 50, "stopped within the first batch"
     assert "signal=SIGTERM" in log
     left = lease_everything(name, len(names) - len(done))

@@ -8,7 +8,6 @@ layer on at 30 ms round trips.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -27,6 +26,7 @@ from pullqueue.worker import Backoff, Worker, batch_handler
 from tests.pubsub.conftest import backend_on, service_layer
 from tests.support.emulators import shared_emulator_host
 from tests.support.realpubsub import RealisticPubSub, start_as_on_the_service
+from tests.worker.test_worker_pubsub import sigterm_once_done
 
 RTT = 0.03
 PULLQUEUE = str(Path(sys.executable).with_name("pullqueue"))
@@ -178,16 +178,7 @@ def test_sigterm_with_leases_in_flight_loses_nothing(
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    while not done_file.exists() or len(done_file.read_text().split()) < 40:
-        assert worker.poll() is None, worker.communicate()
-        assert time.monotonic() < deadline, "the worker handled nothing"
-        time.sleep(0.02)
-    worker.send_signal(signal.SIGTERM)
-    _, log = worker.communicate(timeout=60)
-    assert worker.returncode == 0, log
-    done = done_file.read_text().split()
-    assert len(done) == len(set(done)), "a task was handled twice"
+    done, _ = sigterm_once_done(worker, done_file, 40)
     assert len(done) < len(names), "stopped before the queue was drained"
     # Whatever was leased and not handled (those in flight at the signal too) is back at once.
     left: list[Task] = []
