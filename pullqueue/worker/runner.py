@@ -317,8 +317,7 @@ class Worker:
                 self._cond.notify_all()
                 return
             self.stats.add(empty_leases=1)
-            self._quiet = True
-            delay = self.backoff.next()
+            delay = self._back_off(now)
             if self.exit_when_idle is not None:
                 # Failed tasks waiting out their retry delay are work left: not idle yet.
                 busy = self._pending + self._running + self._settling + self._leasing > 0
@@ -334,6 +333,16 @@ class Worker:
                         return
                     delay = min(delay, self.exit_when_idle - idle)
             self._calm_until = max(self._calm_until, now + delay)
+
+    def _back_off(self, now: float) -> float:
+        """The wait after an empty or failed lease (under `_cond`), from then on one lease at a
+        time. Leases that were in flight side by side and come back empty or failed within a
+        backoff already set wait that one out: the backoff grows a step per round, not per
+        leasing thread (four empty answers at a drain's end would have made the next wait 8x)."""
+        if self._quiet and self._calm_until > now:
+            return self._calm_until - now
+        self._quiet = True
+        return self.backoff.next()
 
     def _rate_slot(self) -> bool:
         """Wait for the queue's next lease-request slot; False when stopped meanwhile."""
@@ -357,9 +366,9 @@ class Worker:
             self.stats.add(transient_errors=1)
             with self._cond:
                 # Every leasing thread waits it out, and then one leases at a time.
-                delay = self.backoff.next()
-                self._quiet = True
-                self._calm_until = max(self._calm_until, time.monotonic() + delay)
+                now = time.monotonic()
+                delay = self._back_off(now)
+                self._calm_until = max(self._calm_until, now + delay)
             log_event(
                 logger,
                 logging.WARNING,

@@ -183,3 +183,24 @@ def test_large_payloads_start_no_lease_early(monkeypatch: pytest.MonkeyPatch) ->
     )
     assert stats.processed == 60
     assert backend.most == 1
+
+
+def test_leases_side_by_side_that_come_back_empty_back_off_one_step_not_one_each() -> None:
+    backend = SlowLeases(0.05)
+    queue = new_queue(backend)
+    ceilings: list[float] = []
+    backoff = Backoff(1.0, 8.0, uniform=lambda lo, hi: ceilings.append(hi) or hi)
+
+    @batch_handler
+    def ignore(tasks: Sequence[Task]) -> None:
+        pass
+
+    worker = Worker(
+        queue, ignore, batch_size=5, concurrency=4, lease_requests_per_second=200.0, backoff=backoff
+    )
+    thread = run_in_thread(worker)
+    # The four leases of the start come back empty together: one backoff of 1 s for them all.
+    wait_for(lambda: worker.stats.empty_leases >= 4)
+    assert ceilings == [1.0]
+    worker.stop()
+    thread.join(5)
