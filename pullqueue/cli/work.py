@@ -83,7 +83,8 @@ it, 130 a second signal cut it short.""",
     type=Count(1, 1024),
     default=1,
     show_default=True,
-    help="Handler calls running at once (threads).",
+    help="Handler calls running at once (threads); up to as many leases (8 at most) run side"
+    " by side while the handlers keep up.",
 )
 @url_option()
 @click.option(
