@@ -18,15 +18,26 @@ def run_together(
     timeout: float,
 ) -> None:
     """Start every command, wait until each wrote tmp_path/ready-*, write tmp_path/go, and
-    wait for all to exit 0 within `timeout` seconds each."""
-    workers = [subprocess.Popen(list(c), cwd=cwd, env=dict(env)) for c in commands]
+    wait for all to exit 0 within `timeout` seconds each. A worker's standard error goes to
+    tmp_path/stderr-N.txt, and the end of it into the failure of one that did not exit 0."""
+    logs = [tmp_path / f"stderr-{n}.txt" for n in range(len(commands))]
+    workers = []
+    for command, log in zip(commands, logs, strict=True):
+        with log.open("wb") as err:
+            workers.append(subprocess.Popen(list(command), cwd=cwd, env=dict(env), stderr=err))
+
+    def said(n: int) -> str:
+        return logs[n].read_text(errors="replace")[-2000:]
+
     try:
         while len(list(tmp_path.glob("ready-*"))) < len(workers):
-            assert all(w.poll() is None for w in workers), "a worker exited before it was ready"
+            exited = [n for n, w in enumerate(workers) if w.poll() is not None]
+            assert not exited, f"worker {exited[0]} exited before it was ready: {said(exited[0])}"
             time.sleep(0.05)
         (tmp_path / "go").write_text("")
-        for worker in workers:
-            assert worker.wait(timeout=timeout) == 0
+        for n, worker in enumerate(workers):
+            code = worker.wait(timeout=timeout)
+            assert code == 0, f"worker {n} exited with {code}: {said(n)}"
     finally:
         for worker in workers:
             if worker.poll() is None:
