@@ -295,8 +295,9 @@ class Worker:
                     began = time.monotonic()
                     tasks = self._lease()
                     if tasks:
-                        self._pace.leased(time.monotonic() - began, _payload_bytes(tasks))
-                        self._submit(tasks)
+                        size = _payload_bytes(tasks)
+                        self._pace.leased(time.monotonic() - began, size)
+                        self._submit(tasks, size)
             finally:
                 with self._cond:
                     self._leasing -= 1
@@ -384,7 +385,8 @@ class Worker:
             self.stop()
             return None
 
-    def _submit(self, tasks: list[Task]) -> None:
+    def _submit(self, tasks: list[Task], size: int) -> None:
+        """Queue the leased tasks for the handler threads (`size`: their payload bytes)."""
         batch = LeasedBatch(self.queue, tasks, self.stats, logger, self.retry)
         if self._stopping.is_set():
             # Leased in flight as the worker was told to stop: back now, unhandled.
@@ -406,9 +408,7 @@ class Worker:
         self._keeper.track(batch)
         with self._cond:
             self._pending += len(items)
-            self._pending_bytes += sum(
-                _payload_bytes(batch.tasks if t is None else [t]) for _, t in items
-            )
+            self._pending_bytes += size
         for item in items:
             self._work.put(item)
 
@@ -419,13 +419,11 @@ class Worker:
             item = self._work.get()
             if item is None:
                 return
+            batch, task = item
             with self._cond:
                 self._pending -= 1
-                self._pending_bytes -= _payload_bytes(
-                    item[0].tasks if item[1] is None else [item[1]]
-                )
+                self._pending_bytes -= _payload_bytes(batch.tasks if task is None else [task])
                 self._running += 1
-            batch, task = item
             try:
                 if self._stopping.is_set() or batch.settled:
                     self._cancel(batch, task)

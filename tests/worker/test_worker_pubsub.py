@@ -56,15 +56,21 @@ def fill(queue: Queue, count: int, tags: Sequence[str | None] = (None,)) -> list
     return names
 
 
+def lease_what_is_left(queue: Queue, count: int, seconds: float) -> list[Task]:
+    """Lease (300 s) until `count` tasks came or `seconds` passed: what another process finds."""
+    found: list[Task] = []
+    until = time.monotonic() + seconds
+    while len(found) < count and time.monotonic() < until:
+        found += queue.lease(300, 1000)
+    return found
+
+
 def lease_everything(name: str, expected: int, timeout: float = 30.0) -> list[Task]:
     """What another process would find in the queue: lease until expected tasks or timeout."""
     other = connect(URL, auto_create=True)
     try:
         queue = Queue(name, other)
-        found: list[Task] = []
-        deadline = time.monotonic() + timeout
-        while len(found) < expected and time.monotonic() < deadline:
-            found += queue.lease(300, 1000)
+        found = lease_what_is_left(queue, expected, timeout)
         if len(found) == expected:
             found += queue.lease(300, 1000)
         return found

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -26,7 +25,7 @@ from pullqueue.worker import Backoff, Worker, batch_handler
 from tests.pubsub.conftest import backend_on, service_layer
 from tests.support.emulators import shared_emulator_host
 from tests.support.realpubsub import RealisticPubSub, start_as_on_the_service
-from tests.worker.test_worker_pubsub import sigterm_once_done
+from tests.worker.test_worker_pubsub import lease_what_is_left, sigterm_once_done
 
 RTT = 0.03
 PULLQUEUE = str(Path(sys.executable).with_name("pullqueue"))
@@ -51,15 +50,6 @@ def backends(layer: RealisticPubSub, project: str) -> Iterator[list[PubSubBacken
     yield made
     for backend in made:
         backend.close()
-
-
-def lease_what_is_left(queue: Queue, count: int, seconds: float) -> list[Task]:
-    """Lease (300 s) until `count` tasks came or `seconds` passed: what another process finds."""
-    found: list[Task] = []
-    until = time.monotonic() + seconds
-    while len(found) < count and time.monotonic() < until:
-        found += queue.lease(300, 1000)
-    return found
 
 
 class InFlight:
