@@ -114,13 +114,38 @@ def run_batched_workers(
     # None lost, none twice; said in counts (a list diff of 4,000 names was cut before them).
     counts = Counter(names)
     expected = {str(t.name) for t in tasks}
-    missing, twice = sorted(expected - set(counts)), sorted(n for n, c in counts.items() if c > 1)
-    assert not missing and not twice and set(counts) <= expected, (
-        f"{len(missing)} of {len(expected)} not leased (e.g. {missing[:5]}), {len(twice)} leased"
-        f" twice (e.g. {twice[:5]}), over {len(batches)} batches"
+    missing, twice = expected - set(counts), sorted(n for n, c in counts.items() if c > 1)
+    # Late is not lost: a pull answer that reached a worker after its deadline (CI saw 1-2 of
+    # 4,000 at load 60-150) hides its tasks for their 60 s ack deadline, past the workers' 20 s
+    # of idle (docs/pubsub.md). Another process leases them within 90 s, as the benchmark does.
+    late = lease_what_is_left(Queue("batched", make_backend()), missing, RECOVER_SECONDS)
+    lost = sorted(missing - late)
+    assert not lost and not twice and set(counts) <= expected, (
+        f"{len(lost)} of {len(expected)} lost (e.g. {lost[:5]}; {len(late)} more came late),"
+        f" {len(twice)} leased twice (e.g. {twice[:5]}), over {len(batches)} batches"
     )
+    # Late stays the exception a loaded machine makes, not a way of leasing.
+    assert len(late) <= len(expected) // 100, f"{len(late)} of {len(expected)} came late"
     assert all(len({tag for _, tag in batch}) == 1 for batch in batches)  # no mixed batch
     return tasks, batches, sum(report["given_back"] for report in reports)
+
+
+RECOVER_SECONDS = 90.0
+
+
+def lease_what_is_left(queue: Queue, missing: set[str], seconds: float) -> set[str]:
+    """Lease (and delete) until every name in `missing` came or `seconds` passed: those that
+    came. Any other task leased here was one the workers should have had: it fails."""
+    found: set[str] = set()
+    until = time.monotonic() + seconds
+    while found != missing and time.monotonic() < until:
+        batch = queue.lease(60, 1000)
+        names = {str(task.name) for task in batch}
+        assert names <= missing, f"leased after the workers, not theirs to miss: {names - missing}"
+        found |= names
+        if batch:
+            queue.delete(batch)
+    return found
 
 
 def assert_whole_tags(
