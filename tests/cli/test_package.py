@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import email
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -20,15 +21,28 @@ REPO_PATH = re.compile(r"(?<![\w/.:-])(terraform|docs|examples|benchmarks|tests)
 """A path into the repository (not into a URL): a pip install has none of these."""
 
 
+# Both tests on one pytest worker, so the wheel is built once.
+pytestmark = pytest.mark.xdist_group("wheel")
+
+NOT_SHIPPED = shutil.ignore_patterns(
+    ".git", ".venv*", ".ci", "build", "*.egg-info", "__pycache__", ".*_cache", "tests", "benchmarks"
+)
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    # Built from a copy: setuptools writes build/ and *.egg-info into the tree it builds, and two
+    # builds of one tree at once (CI saw it: the two tests on two workers) break each other.
+    source = tmp_path_factory.mktemp("source") / "pullqueue"
+    shutil.copytree(ROOT, source, ignore=NOT_SHIPPED)
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(out)],
-        check=True,
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(out)],
         capture_output=True,
+        text=True,
         timeout=300,
     )
+    assert built.returncode == 0, f"pip wheel exited {built.returncode}: {built.stderr[-2000:]}"
     (built,) = out.glob("pullqueue-*.whl")
     return zipfile.ZipFile(built)
 
