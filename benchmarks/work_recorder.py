@@ -84,6 +84,8 @@ def record_task(task: Task) -> None:
 
 @atexit.register
 def _report() -> None:
+    if not _leases and not _backends:
+        return  # imported, never run as a handler (no report to leave in the working directory)
     book = getattr(_backends[0], "_book", None) if _backends else None
     skipped = sum(book._skipped.values()) if book is not None else 0
     report = {"leases": _leases, "skipped": skipped, "first_call": _first_call[:1]}
