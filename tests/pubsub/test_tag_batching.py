@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -33,12 +34,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 _WORKER = textwrap.dedent(
     """
-    import json, sys, time
+    import json, logging, sys, time
     from pathlib import Path
     from pullqueue import Settings
     from pullqueue.adapters.pubsub import PubSubBackend
-    from pullqueue.compat import taskqueue
+    from pullqueue.compat import apiproxy_errors, taskqueue
 
+    # A worker of the legacy API retries what it documents as transient (CI saw the emulator
+    # stall 15 s at load 100: a lease's deadline passed, and the worker crashed without this).
+    TRANSIENT = (taskqueue.TransientError, apiproxy_errors.DeadlineExceededError)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     project, out, total = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
     backend = PubSubBackend(project, settings=Settings(), auto_create=True)
     queue = taskqueue.Queue("batched", backend)
@@ -46,12 +51,25 @@ _WORKER = textwrap.dedent(
     (out / f"ready-{sys.argv[4]}").write_text("")
     while not (out / "go").exists():
         time.sleep(0.01)
-    batches, idle = [], time.monotonic()
+    batches, idle, retried = [], time.monotonic(), 0
     while time.monotonic() - idle < 20:
-        batch = queue.lease_tasks_by_tag(60, 1000)
+        try:
+            batch = queue.lease_tasks_by_tag(60, 1000)
+        except TRANSIENT as exc:
+            logging.warning("lease_tasks_by_tag: %s: %s", type(exc).__name__, exc.__cause__ or exc)
+            retried += 1
+            time.sleep(0.5)
+            continue
         if batch:
             batches.append([[t.name, t.tag] for t in batch])
-            queue.delete_tasks(batch)
+            while True:
+                try:
+                    queue.delete_tasks(batch)
+                    break
+                except TRANSIENT as exc:
+                    logging.warning("delete_tasks: %s: %s", type(exc).__name__, exc)
+                    retried += 1
+                    time.sleep(0.5)
             idle = time.monotonic()
             (out / "progress").mkdir(exist_ok=True)
             (out / "progress" / sys.argv[4]).write_text(str(sum(map(len, batches))))
@@ -60,7 +78,7 @@ _WORKER = textwrap.dedent(
     backend.close()
     # Deliveries consumed without handing the task out (given back unleased): billed again.
     given_back = sum(backend._book._skipped.values())
-    report = {"batches": batches, "given_back": given_back}
+    report = {"batches": batches, "given_back": given_back, "retried": retried}
     (out / f"batches-{sys.argv[4]}.json").write_text(json.dumps(report))
     """
 )
@@ -118,14 +136,35 @@ def run_batched_workers(
     # Late is not lost: a pull answer that reached a worker after its deadline (CI saw 1-2 of
     # 4,000 at load 60-150) hides its tasks for their 60 s ack deadline, past the workers' 20 s
     # of idle (docs/pubsub.md). Another process leases them within 90 s, as the benchmark does.
-    late = lease_what_is_left(Queue("batched", make_backend()), missing, RECOVER_SECONDS)
+    looker = make_backend()
+    tokens = free_tokens(looker, "batched") if missing else []
+    late = lease_what_is_left(Queue("batched", looker), missing, RECOVER_SECONDS)
     lost = sorted(missing - late)
     assert not lost and not twice and set(counts) <= expected, (
         f"{len(lost)} of {len(expected)} lost (e.g. {lost[:5]}; {len(late)} more came late),"
         f" {len(twice)} leased twice (e.g. {twice[:5]}), over {len(batches)} batches"
     )
-    # Late stays the exception a loaded machine makes, not a way of leasing.
-    assert len(late) <= len(expected) // 100, f"{len(late)} of {len(expected)} came late"
+    # Late stays the exception a loaded machine makes, not a way of leasing; said when it came,
+    # with the tags they had and what the workers warned of.
+    if late:
+        tag_of = {str(t.name): t.tag for t in tasks}
+        by_tag = Counter(tag_of[name] for name in late).most_common(8)
+        warned = sorted(
+            {
+                line[:300]
+                for log in tmp_path.glob("stderr-*.txt")
+                for line in log.read_text(errors="replace").splitlines()
+                if ("WARNING" in line or "Error" in line) and "uniqueness check" not in line
+            }
+        )[:20]
+        said = (
+            f"{len(late)} of {len(expected)} came late, by tag {by_tag}; free shard tokens after"
+            f" the workers: {tokens}; warned: {warned}"
+        )
+        assert len(late) <= len(expected) // 100, said
+        warnings.warn(said, stacklevel=2)
+    if retried := sum(report["retried"] for report in reports):
+        warnings.warn(f"the workers retried {retried} calls after a transient error", stacklevel=2)
     assert all(len({tag for _, tag in batch}) == 1 for batch in batches)  # no mixed batch
     return tasks, batches, sum(report["given_back"] for report in reports)
 
@@ -146,6 +185,17 @@ def lease_what_is_left(queue: Queue, missing: set[str], seconds: float) -> set[s
         if batch:
             queue.delete(batch)
     return found
+
+
+def free_tokens(backend: Any, queue: str) -> list[int]:
+    """The shards whose claim token is free (pulled and given back at once)."""
+    claims = backend.topology(queue).claims
+    pulled = backend.rpc.pull(claims, 1000, queue=queue, wait=1.0, budget=10.0)
+    if pulled:
+        backend.rpc.modify(claims, [m.ack_id for m in pulled], 0, queue=queue)
+    return sorted(
+        int(m.message.attributes[ATTR_SHARD]) for m in pulled if ATTR_SHARD in m.message.attributes
+    )
 
 
 def assert_whole_tags(
