@@ -3,7 +3,8 @@
 Each subcommand (bridge, console, demo, migrate, pause, plan, resume, stats, sweep, tasks,
 dead-letters, work) lives in its own module here and shares the options, error handling and exit
 codes of `pullqueue.cli.base`, so every command reads and fails the same way and a new one has an
-obvious home.
+obvious home. A subcommand's module is imported when it is named (COMMANDS), so `pullqueue work`
+does not import the migration, demo or plan code.
 """
 
 from __future__ import annotations
@@ -14,22 +15,28 @@ import click
 
 from pullqueue import __version__
 from pullqueue.cli.base import EXIT_STATUS_HELP, Group
-from pullqueue.cli.bridge import bridge
-from pullqueue.cli.console import console
-from pullqueue.cli.deadletters import dead_letters
-from pullqueue.cli.demo import demo
-from pullqueue.cli.migrate import migrate
-from pullqueue.cli.pause import pause, resume
-from pullqueue.cli.plan import plan
-from pullqueue.cli.stats import stats
-from pullqueue.cli.sweep import sweep
-from pullqueue.cli.tasks import tasks
-from pullqueue.cli.work import work
 from pullqueue.links import source_url
+
+COMMANDS = {
+    "bridge": "pullqueue.cli.bridge:bridge",
+    "console": "pullqueue.cli.console:console",
+    "dead-letters": "pullqueue.cli.deadletters:dead_letters",
+    "demo": "pullqueue.cli.demo:demo",
+    "migrate": "pullqueue.cli.migrate:migrate",
+    "pause": "pullqueue.cli.pause:pause",
+    "plan": "pullqueue.cli.plan:plan",
+    "resume": "pullqueue.cli.pause:resume",
+    "stats": "pullqueue.cli.stats:stats",
+    "sweep": "pullqueue.cli.sweep:sweep",
+    "tasks": "pullqueue.cli.tasks:tasks",
+    "work": "pullqueue.cli.work:work",
+}
+"""Each subcommand's module and attribute: imported when the command is named (or listed)."""
 
 
 @click.group(
     cls=Group,
+    lazy=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog="""\b
 Examples:
@@ -44,20 +51,6 @@ Examples:
 @click.version_option(__version__, prog_name="pullqueue")
 def cli() -> None:
     """Move App Engine pull queues to Pub/Sub, and run workers on either."""
-
-
-cli.add_command(work)
-cli.add_command(demo)
-cli.add_command(stats)
-cli.add_command(tasks)
-cli.add_command(dead_letters)
-cli.add_command(plan)
-cli.add_command(migrate)
-cli.add_command(bridge)
-cli.add_command(console)
-cli.add_command(pause)
-cli.add_command(resume)
-cli.add_command(sweep)
 
 
 def main() -> None:

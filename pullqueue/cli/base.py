@@ -7,6 +7,7 @@ only under `--debug`, so every command fails the same way.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import socket
@@ -129,13 +130,32 @@ def _bad_setting(exc: pydantic.ValidationError) -> str:
 
 
 class Group(click.Group):
-    """The `pullqueue` group: `--debug` accepted before the subcommand too."""
+    """The `pullqueue` group: `--debug` accepted before the subcommand too, and subcommands
+    imported when named (`lazy`: name -> "module:attribute"), so a command imports only what
+    it uses (`pullqueue work` none of the migration, demo or plan modules)."""
 
     command_class = Command
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.params.append(debug_option())
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            module, _, attribute = self.lazy[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def every_command(self) -> dict[str, click.Command]:
+        """Every subcommand by name, imported."""
+        with click.Context(self) as ctx:
+            found = {name: self.get_command(ctx, name) for name in self.list_commands(ctx)}
+        return {name: command for name, command in found.items() if command is not None}
 
 
 def url_option(help_text: str | None = None) -> Callable[[F], F]:

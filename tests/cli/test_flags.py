@@ -16,7 +16,7 @@ NUMERIC = (click.types.IntParamType, click.types.FloatParamType)
 def numeric_flags() -> list[tuple[str, str]]:
     """(command, flag) for every numeric option of every subcommand."""
     found = []
-    for name, command in sorted(cli.commands.items()):
+    for name, command in sorted(cli.every_command().items()):
         for param in command.params:
             if isinstance(param, click.Option) and isinstance(param.type, NUMERIC):
                 found.append((name, param.opts[0]))

@@ -11,10 +11,12 @@ import pytest
 from pullqueue.cli import cli
 from tests.cli.support import run
 
+COMMANDS = cli.every_command()
+
 REPO_PATH = re.compile(r"(?<![\w/.:-])(terraform|docs|examples)/\w")
 
 
-@pytest.mark.parametrize("command", [[], *[[name] for name in sorted(cli.commands)]])
+@pytest.mark.parametrize("command", [[], *[[name] for name in sorted(COMMANDS)]])
 def test_help_gives_examples_and_the_exit_codes(command: list[str]) -> None:
     done = run(*command, "--help")
     assert done.returncode == 0, done.stderr
@@ -32,9 +34,9 @@ def test_help_gives_examples_and_the_exit_codes(command: list[str]) -> None:
         assert "--lease-seconds" in text
 
 
-@pytest.mark.parametrize("name", sorted(cli.commands))
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_option_says_what_it_is_for(name: str) -> None:
-    command = cli.commands[name]
+    command = COMMANDS[name]
     for param in command.params:
         if isinstance(param, click.Option) and not param.hidden:
             assert param.help, f"pullqueue {name} {param.opts[0]} has no help text"
