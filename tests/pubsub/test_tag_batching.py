@@ -26,7 +26,7 @@ from pullqueue import Queue, Task
 from pullqueue.adapters.pubsub.claims import ATTR_CENSUS, ATTR_SHARD, Claim
 from pullqueue.adapters.pubsub.layout import SHARDS, shard_of
 from tests.pubsub.conftest import MakeBackend, raw_pull
-from tests.support.processes import run_together
+from tests.support.processes import lease_what_is_left, run_together
 
 pytestmark = pytest.mark.unchecked_names  # names are labels here; no registry
 
@@ -138,7 +138,9 @@ def run_batched_workers(
     # of idle (docs/pubsub.md). Another process leases them within 90 s, as the benchmark does.
     looker = make_backend()
     tokens = free_tokens(looker, "batched") if missing else []
-    late = lease_what_is_left(Queue("batched", looker), missing, RECOVER_SECONDS)
+    left = lease_what_is_left(Queue("batched", looker), len(missing), RECOVER_SECONDS)
+    late = {str(task.name) for task in left}
+    assert late <= missing, f"leased after the workers, not theirs to miss: {late - missing}"
     lost = sorted(missing - late)
     assert not lost and not twice and set(counts) <= expected, (
         f"{len(lost)} of {len(expected)} lost (e.g. {lost[:5]}; {len(late)} more came late),"
@@ -170,21 +172,6 @@ def run_batched_workers(
 
 
 RECOVER_SECONDS = 90.0
-
-
-def lease_what_is_left(queue: Queue, missing: set[str], seconds: float) -> set[str]:
-    """Lease (and delete) until every name in `missing` came or `seconds` passed: those that
-    came. Any other task leased here was one the workers should have had: it fails."""
-    found: set[str] = set()
-    until = time.monotonic() + seconds
-    while found != missing and time.monotonic() < until:
-        batch = queue.lease(60, 1000)
-        names = {str(task.name) for task in batch}
-        assert names <= missing, f"leased after the workers, not theirs to miss: {names - missing}"
-        found |= names
-        if batch:
-            queue.delete(batch)
-    return found
 
 
 def free_tokens(backend: Any, queue: str) -> list[int]:

@@ -1,5 +1,6 @@
 """Worker processes started together: each writes ready-N, then waits for go, like workers
-already running when tasks arrive (so no process gets a head start on the queue)."""
+already running when tasks arrive (so no process gets a head start on the queue); and what
+another process finds in the queue once they stopped."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from pullqueue import Queue, Task
 
 
 def run_together(
@@ -43,3 +46,12 @@ def run_together(
             if worker.poll() is None:
                 worker.kill()
                 worker.wait()
+
+
+def lease_what_is_left(queue: Queue, count: int, seconds: float) -> list[Task]:
+    """Lease (300 s) until `count` tasks came or `seconds` passed: what another process finds."""
+    found: list[Task] = []
+    until = time.monotonic() + seconds
+    while len(found) < count and time.monotonic() < until:
+        found += queue.lease(300, 1000)
+    return found

@@ -20,6 +20,7 @@ import pytest
 from pullqueue import Backend, Queue, Task, connect
 from pullqueue.worker import Backoff, Worker, batch_handler
 from tests.support.emulators import shared_emulator_host
+from tests.support.processes import lease_what_is_left
 
 PROJECT = "pullqueue-test"
 URL = f"pubsub://{PROJECT}"
@@ -54,15 +55,6 @@ def fill(queue: Queue, count: int, tags: Sequence[str | None] = (None,)) -> list
             ]
         )
     return names
-
-
-def lease_what_is_left(queue: Queue, count: int, seconds: float) -> list[Task]:
-    """Lease (300 s) until `count` tasks came or `seconds` passed: what another process finds."""
-    found: list[Task] = []
-    until = time.monotonic() + seconds
-    while len(found) < count and time.monotonic() < until:
-        found += queue.lease(300, 1000)
-    return found
 
 
 def lease_everything(name: str, expected: int, timeout: float = 30.0) -> list[Task]:

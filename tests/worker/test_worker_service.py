@@ -24,8 +24,9 @@ from pullqueue.adapters.pubsub import PubSubBackend
 from pullqueue.worker import Backoff, Worker, batch_handler
 from tests.pubsub.conftest import backend_on, service_layer
 from tests.support.emulators import shared_emulator_host
+from tests.support.processes import lease_what_is_left
 from tests.support.realpubsub import RealisticPubSub, start_as_on_the_service
-from tests.worker.test_worker_pubsub import lease_what_is_left, sigterm_once_done
+from tests.worker.test_worker_pubsub import sigterm_once_done
 
 RTT = 0.03
 PULLQUEUE = str(Path(sys.executable).with_name("pullqueue"))
