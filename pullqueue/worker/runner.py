@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import queue as queue_module
 import signal
 import threading
@@ -318,7 +319,7 @@ class Worker:
                 self._cond.notify_all()
                 return
             self.stats.add(empty_leases=1)
-            delay = self._back_off(now)
+            most = math.inf
             if self.exit_when_idle is not None:
                 # Failed tasks waiting out their retry delay are work left: not idle yet.
                 busy = self._pending + self._running + self._settling + self._leasing > 0
@@ -332,18 +333,22 @@ class Worker:
                         log_event(logger, logging.INFO, "idle", queue=self.queue.name)
                         self.stop()
                         return
-                    delay = min(delay, self.exit_when_idle - idle)
-            self._calm_until = max(self._calm_until, now + delay)
+                    most = self.exit_when_idle - idle
+            self._back_off(now, most)
 
-    def _back_off(self, now: float) -> float:
-        """The wait after an empty or failed lease (under `_cond`), from then on one lease at a
-        time. Leases that were in flight side by side and come back empty or failed within a
-        backoff already set wait that one out: the backoff grows a step per round, not per
-        leasing thread (four empty answers at a drain's end would have made the next wait 8x)."""
+    def _back_off(self, now: float, most: float = math.inf) -> float:
+        """Wait after an empty or failed lease (under `_cond`; no longer than `most` seconds),
+        every leasing thread, and from then on lease one at a time; the backoff's delay. Leases
+        that were in flight side by side and come back empty or failed within a backoff already
+        set wait that one out: the backoff grows a step per round, not per leasing thread (four
+        empty answers at a drain's end would have made the next wait 8x)."""
         if self._quiet and self._calm_until > now:
-            return self._calm_until - now
-        self._quiet = True
-        return self.backoff.next()
+            delay = self._calm_until - now
+        else:
+            self._quiet = True
+            delay = self.backoff.next()
+        self._calm_until = max(self._calm_until, now + min(delay, most))
+        return delay
 
     def _rate_slot(self) -> bool:
         """Wait for the queue's next lease-request slot; False when stopped meanwhile."""
@@ -367,9 +372,7 @@ class Worker:
             self.stats.add(transient_errors=1)
             with self._cond:
                 # Every leasing thread waits it out, and then one leases at a time.
-                now = time.monotonic()
-                delay = self._back_off(now)
-                self._calm_until = max(self._calm_until, now + delay)
+                delay = self._back_off(time.monotonic())
             log_event(
                 logger,
                 logging.WARNING,
