@@ -85,6 +85,49 @@ def test_answers_slower_than_a_short_wait_hide_no_task(
     )
 
 
+FIRST = 2.0
+"""Seconds a pull that brings messages takes to answer, for a process's first leases below: more
+than a pull's wait and its grace (1 + 0.35 s), less than EMULATED_DEADLINE."""
+
+
+@pytest.mark.parametrize("by", ["plain", "oldest", "named"])
+def test_a_process_s_first_leases_on_a_loaded_emulator_hide_no_task(
+    layer: RealisticPubSub, backend: PubSubBackend, by: str
+) -> None:
+    """A new process, before any pull told whether empty pulls are held: its first pulls went
+    with the service's short deadline (the wait and a grace), an answer later than that was
+    dropped at the client and its tasks hidden for their ack deadline (60 s), and the process
+    took the emulator for a server that holds empty pulls. CI: a lease by oldest tag answered
+    [] in 6.5 s, twice, at load 260-300."""
+    assert backend.rpc.holds_empty_pulls is None
+    queue = Queue("first", backend)
+    queue.add([Task(str(i).encode(), tag=f"tag-{i % TAGS}") for i in range(TASKS)])
+    layer.knobs.slow_answers = FIRST
+    leased: list[Task] = []
+    per_tag = TASKS // TAGS
+    began = time.monotonic()
+    try:
+        # A few slow answers each; a task hidden for its ack deadline would come after 60 s.
+        while len(leased) < TASKS and time.monotonic() - began < 45:
+            if by == "plain":
+                batch = queue.lease(60, 100)
+            elif by == "oldest":
+                batch = queue.lease(60, 100, group_by_tag=True)
+            else:
+                counts = Counter(t.tag for t in leased)
+                wanted = next(f"tag-{k}" for k in range(TAGS) if counts[f"tag-{k}"] < per_tag)
+                batch = queue.lease(60, 100, tag=wanted)
+            leased += batch
+            queue.delete(batch)
+    finally:
+        layer.knobs.slow_answers = 0.0
+    took = time.monotonic() - began
+    assert sorted(int(t.payload) for t in leased) == list(range(TASKS)), (
+        f"{len(leased)} of {TASKS} in {took:.1f} s"
+    )
+    assert backend.rpc.holds_empty_pulls is not True
+
+
 LATER = 1.2
 """Seconds late, for the processes below: more than ANSWERED_DEADLINE, the deadline a pull got on
 the emulator before EMULATED_DEADLINE."""

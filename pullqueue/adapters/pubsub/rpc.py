@@ -257,6 +257,15 @@ class PubSubRpc:
         EMULATED_DEADLINE (`at_once`): the emulator holds an empty pull to about a second before
         its deadline unless asked not to, and an answer later than a second (a loaded machine)
         is still received. Such a pull says nothing of holding (it was asked not to be held).
+        Until a pull has told (`holds_empty_pulls` None, an emulator host only), a pull is sent
+        so too, and only when it finds nothing is it asked again as Pub/Sub's pulls are (held
+        up to its wait, with its wait and grace as deadline): that second pull is what a layer
+        in front of the emulator that answers `return_immediately` pulls empty though messages
+        wait (as the service may) brings them to, and it tells whether the server holds empty
+        pulls (the emulator answers at once, such a layer may hold), on a subscription just
+        found empty, so its cut-off hides no task already waiting.
+        A process's first pulls bringing tasks then never go with a short deadline: on a loaded
+        host their answers came after it, and their tasks stayed hidden for their ack deadline.
         A pull that finds nothing in time is an empty answer, not an error (the emulator
         answers [] before the deadline; Pub/Sub lets it pass, which is answered [] too). An
         answer over the channel's receive limit is asked again for half as many messages (down
@@ -265,7 +274,51 @@ class PubSubRpc:
         when their ack deadline ends.
         """
 
-        at_once = self.emulated and self.holds_empty_pulls is False
+        # Until a pull tells whether the server holds empty pulls, an emulator host is asked as
+        # the emulator is, and a pull that finds nothing asked once more as Pub/Sub is (below).
+        unknown = self.emulated and self.holds_empty_pulls is None
+        got = self._pull(
+            subscription,
+            max_messages,
+            queue=queue,
+            wait=wait,
+            budget=budget,
+            message_bytes=message_bytes,
+            grace=grace,
+            immediately=immediately,
+            at_once=self.emulated and self.holds_empty_pulls is not True,
+        )
+        if got or not unknown or immediately:
+            return got
+        if self.holds_empty_pulls is not None:  # another pull told meanwhile
+            return got
+        return self._pull(
+            subscription,
+            max_messages,
+            queue=queue,
+            wait=wait,
+            budget=budget,
+            message_bytes=message_bytes,
+            grace=grace,
+            immediately=False,
+            at_once=False,
+        )
+
+    def _pull(
+        self,
+        subscription: str,
+        max_messages: int,
+        *,
+        queue: str,
+        wait: float,
+        budget: float,
+        message_bytes: int,
+        grace: float,
+        immediately: bool,
+        at_once: bool,
+    ) -> list[Any]:
+        """One pull (see pull): `at_once` sends it with `return_immediately` and at least
+        EMULATED_DEADLINE, and its answer says nothing of holding."""
 
         def pull(timeout: float) -> list[Any]:
             began = time.monotonic()
