@@ -167,9 +167,15 @@ def test_with_threads_waiting_a_lease_is_served_from_the_hand_beside_the_next_dr
             time.sleep(0.005)
     for thread in threads:
         thread.join(20)
-    got = [[t.tag for t in batch] for batch, _ in answers]
-    assert got[0] == [quick[1]] * PER_TAG, got
+    # The answers are listed as the threads got back to append them, which under load is not
+    # always the order the hand served them in (CI, twice): the order is told by what each
+    # answered, and the quick answer's time against the drain's end below.
+    got = sorted(
+        ([t.tag for t in batch] for batch, _ in answers), key=lambda b: b != [quick[1]] * PER_TAG
+    )
+    assert len(got) == 2 and got[0] == [quick[1]] * PER_TAG, got
     assert got[1] in ([quick[2]] * PER_TAG, [slow[0]] * PER_TAG), got
+    served_first = next(at for batch, at in answers if [t.tag for t in batch] == got[0])
     rest = _rest(queue)
     assert all(len({t.tag for t in b}) == 1 and len(b) == PER_TAG for b in rest)
     tags = [str(b[0].tag) for b in rest]
@@ -179,7 +185,7 @@ def test_with_threads_waiting_a_lease_is_served_from_the_hand_beside_the_next_dr
     assert len(out) == 1, drains
     name, _, _, drain_ended = out[0]
     assert name == "pullqueue-prefetch", drains
-    assert answers[0][1] < drain_ended, (answers[0][1], drains)
+    assert served_first < drain_ended, (served_first, drains)
 
 
 def test_a_thread_leasing_alone_follows_the_oldest_task_through_that_drain(
