@@ -8,6 +8,7 @@ too when it is missing, once (about a minute), so the README's test command keep
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -34,8 +35,15 @@ def interpreter() -> Path:
     """The virtualenv's python, built now if it is missing; Missing says what to do if it
     cannot be."""
     python = venv_dir() / "bin" / "python"
-    if not _ready(python):
-        build(venv_dir())
+    if _ready(python):
+        return python
+    # pytest's two xdist workers may both find it missing: one builds while the other waits,
+    # rather than each removing the other's half-built virtualenv (a failed build, seen here).
+    lock = venv_dir().with_name(venv_dir().name + ".lock")
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not _ready(python):
+            build(venv_dir())
     return python
 
 
