@@ -269,6 +269,9 @@ class RealisticPubSub:
         self._lock = threading.Lock()
         self._watchers: list[Calls] = []
         self.totals: Counter[str] = Counter()
+        self.dropped: list[bytes] = []
+        """The payloads of the messages in pull answers dropped as arriving after the client's
+        deadline (out until their ack deadline: late, not lost), in the order dropped."""
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=400, thread_name_prefix="realpubsub"),
             options=_UNLIMITED,
@@ -347,6 +350,10 @@ class RealisticPubSub:
             remaining = context.time_remaining()
             if remaining is not None and remaining <= 0:
                 # Arrived after the client's deadline: lost (the client saw DEADLINE_EXCEEDED).
+                if method.endswith("/Pull"):
+                    late = _PULL_RESPONSE.FromString(answer).received_messages
+                    with self._lock:
+                        self.dropped.extend(m.message.data for m in late)
                 context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed in transit")
             return answer
         finally:

@@ -165,6 +165,7 @@ def test_sigterm_with_leases_in_flight_loses_nothing(
         PULLQUEUE_LEASE_REQUESTS_PER_SECOND="1000",
         DONE_FILE=str(done_file),
     )
+    dropped = len(layer.dropped)
     worker = subprocess.Popen(
         [
             PULLQUEUE,
@@ -187,9 +188,21 @@ def test_sigterm_with_leases_in_flight_loses_nothing(
     )
     done, _ = sigterm_once_done(worker, done_file, 40)
     assert len(done) < len(names), "stopped before the queue was drained"
-    # Whatever was leased and not handled (those in flight at the signal too) is back at once.
-    left = lease_what_is_left(Queue(name, backends[1]), len(names) - len(done), 30)
-    assert sorted(t.payload.decode() for t in left) == sorted(set(names) - set(done))
+    # Whatever was leased and not handled (those in flight at the signal too) is back at once,
+    # but for a task whose pull answer came after its deadline (a loaded host): the layer drops
+    # such an answer as the service's client does, and the task is out until its ack deadline
+    # (60 s), late, not lost (docs/pubsub.md, "Shard claims"). CI and 1 in 13 runs here at
+    # load 16 met one such task.
+    expected = set(names) - set(done)
+    left = lease_what_is_left(Queue(name, backends[1]), len(expected), 30)
+    leased = [t.payload.decode() for t in left]
+    assert len(leased) == len(set(leased)) and set(leased) <= expected
+    missing = expected - set(leased)
+    late = {payload.decode() for payload in layer.dropped[dropped:]}
+    assert missing <= late, f"{len(missing - late)} not back at once: {sorted(missing - late)[:5]}"
+    if missing:
+        came = lease_what_is_left(Queue(name, backends[1]), len(missing), 90)
+        assert {t.payload.decode() for t in came} == missing, f"{len(missing)} late, lost"
 
 
 def test_a_worker_by_a_named_tag_leases_side_by_side_and_takes_only_that_tag(
