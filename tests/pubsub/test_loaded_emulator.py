@@ -59,16 +59,24 @@ def test_answers_slower_than_a_short_wait_hide_no_task(
     assert queue.lease(60, 10, group_by_tag=by != "plain") == []
     assert backend.rpc.holds_empty_pulls is False
     queue.add([Task(str(i).encode(), tag=f"tag-{i % TAGS}") for i in range(TASKS)])
-    layer.knobs.slow_answers = SLOW
+    # Each lease is a few slow answers (4-7 s in all, 20 s and more under CI's load).
+    _lease_every_task(layer, queue, by, slow=SLOW, plain=7)
+
+
+def _lease_every_task(
+    layer: RealisticPubSub, queue: Queue, by: str, *, slow: float, plain: int
+) -> None:
+    """Lease (plain, by oldest tag or by a named tag) and delete the TASKS tasks while every
+    answer that brings tasks comes `slow` seconds late; each must come within 45 s (a task
+    hidden for its ack deadline would come after 60 s)."""
+    layer.knobs.slow_answers = slow
     leased: list[Task] = []
     per_tag = TASKS // TAGS
     began = time.monotonic()
     try:
-        # Each lease is a few slow answers (4-7 s in all, 20 s and more under CI's load); a
-        # task hidden for its ack deadline would come after 60 s.
         while len(leased) < TASKS and time.monotonic() - began < 45:
             if by == "plain":
-                batch = queue.lease(60, 7)
+                batch = queue.lease(60, plain)
             elif by == "oldest":
                 batch = queue.lease(60, 100, group_by_tag=True)
             else:
@@ -102,29 +110,7 @@ def test_a_process_s_first_leases_on_a_loaded_emulator_hide_no_task(
     assert backend.rpc.holds_empty_pulls is None
     queue = Queue("first", backend)
     queue.add([Task(str(i).encode(), tag=f"tag-{i % TAGS}") for i in range(TASKS)])
-    layer.knobs.slow_answers = FIRST
-    leased: list[Task] = []
-    per_tag = TASKS // TAGS
-    began = time.monotonic()
-    try:
-        # A few slow answers each; a task hidden for its ack deadline would come after 60 s.
-        while len(leased) < TASKS and time.monotonic() - began < 45:
-            if by == "plain":
-                batch = queue.lease(60, 100)
-            elif by == "oldest":
-                batch = queue.lease(60, 100, group_by_tag=True)
-            else:
-                counts = Counter(t.tag for t in leased)
-                wanted = next(f"tag-{k}" for k in range(TAGS) if counts[f"tag-{k}"] < per_tag)
-                batch = queue.lease(60, 100, tag=wanted)
-            leased += batch
-            queue.delete(batch)
-    finally:
-        layer.knobs.slow_answers = 0.0
-    took = time.monotonic() - began
-    assert sorted(int(t.payload) for t in leased) == list(range(TASKS)), (
-        f"{len(leased)} of {TASKS} in {took:.1f} s"
-    )
+    _lease_every_task(layer, queue, by, slow=FIRST, plain=100)
     assert backend.rpc.holds_empty_pulls is not True
 
 

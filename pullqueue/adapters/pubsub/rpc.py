@@ -274,100 +274,71 @@ class PubSubRpc:
         when their ack deadline ends.
         """
 
+        def one(immediately: bool, at_once: bool) -> list[Any]:
+            """One pull: `at_once` sends it with `return_immediately` and at least
+            EMULATED_DEADLINE, and its answer says nothing of holding."""
+
+            def pull(timeout: float) -> list[Any]:
+                began = time.monotonic()
+                while True:
+                    size = min(max_messages, self._pull_caps.get(subscription, max_messages))
+                    request = pubsub_types.PullRequest.wrap(
+                        pubsub_types.PullRequest.pb()(
+                            subscription=subscription,
+                            max_messages=size,
+                            return_immediately=immediately or at_once,
+                        )
+                    )
+                    try:
+                        response = self.subscriber.pull(
+                            request=request, retry=None, timeout=timeout
+                        )
+                    except (gexc.DeadlineExceeded, gexc.Cancelled):
+                        # A held pull ended at its deadline; the stack may report the server's
+                        # reset as CANCELLED when it arrives before the client's own timer
+                        # fires. (One asked not to be held came late: a loaded emulator, not a
+                        # holding one.)
+                        if not at_once:
+                            self.holds_empty_pulls = True
+                        return []
+                    except gexc.ResourceExhausted as exc:
+                        if TOO_LARGE not in str(exc) or size == 1:
+                            raise
+                        self._pull_caps[subscription] = max(size // 2, 1)
+                        continue
+                    received = list(pubsub_types.PullResponse.pb(response).received_messages)
+                    took = time.monotonic() - began
+                    if received:
+                        self._answered(took)
+                    else:
+                        # An empty answer sent near the deadline was held too (a server may answer
+                        # [] just before the client's timer fires rather than let it pass).
+                        if wait >= HELD_EMPTY_LEAST and not (immediately or at_once):
+                            self.holds_empty_pulls = took >= HELD_EMPTY_SHARE * min(wait, timeout)
+                    return received
+
+            deadline = max(wait + grace, answer_time(max_messages * message_bytes))
+            if at_once:
+                deadline = max(deadline, EMULATED_DEADLINE)
+            elif self.holds_empty_pulls is False:
+                deadline = max(deadline, ANSWERED_DEADLINE)
+            return self.call(
+                pull,
+                queue=queue,
+                resource=subscription,
+                budget=max(budget, deadline),
+                attempt_timeout=deadline,
+            )
+
         # Until a pull tells whether the server holds empty pulls, an emulator host is asked as
-        # the emulator is, and a pull that finds nothing asked once more as Pub/Sub is (below).
+        # the emulator is, and a pull that finds nothing asked once more as Pub/Sub is.
         unknown = self.emulated and self.holds_empty_pulls is None
-        got = self._pull(
-            subscription,
-            max_messages,
-            queue=queue,
-            wait=wait,
-            budget=budget,
-            message_bytes=message_bytes,
-            grace=grace,
-            immediately=immediately,
-            at_once=self.emulated and self.holds_empty_pulls is not True,
-        )
+        got = one(immediately, at_once=self.emulated and self.holds_empty_pulls is not True)
         if got or not unknown or immediately:
             return got
         if self.holds_empty_pulls is not None:  # another pull told meanwhile
             return got
-        return self._pull(
-            subscription,
-            max_messages,
-            queue=queue,
-            wait=wait,
-            budget=budget,
-            message_bytes=message_bytes,
-            grace=grace,
-            immediately=False,
-            at_once=False,
-        )
-
-    def _pull(
-        self,
-        subscription: str,
-        max_messages: int,
-        *,
-        queue: str,
-        wait: float,
-        budget: float,
-        message_bytes: int,
-        grace: float,
-        immediately: bool,
-        at_once: bool,
-    ) -> list[Any]:
-        """One pull (see pull): `at_once` sends it with `return_immediately` and at least
-        EMULATED_DEADLINE, and its answer says nothing of holding."""
-
-        def pull(timeout: float) -> list[Any]:
-            began = time.monotonic()
-            while True:
-                size = min(max_messages, self._pull_caps.get(subscription, max_messages))
-                request = pubsub_types.PullRequest.wrap(
-                    pubsub_types.PullRequest.pb()(
-                        subscription=subscription,
-                        max_messages=size,
-                        return_immediately=immediately or at_once,
-                    )
-                )
-                try:
-                    response = self.subscriber.pull(request=request, retry=None, timeout=timeout)
-                except (gexc.DeadlineExceeded, gexc.Cancelled):
-                    # A held pull ended at its deadline; the stack may report the server's
-                    # reset as CANCELLED when it arrives before the client's own timer fires.
-                    # (One asked not to be held came late: a loaded emulator, not a holding one.)
-                    if not at_once:
-                        self.holds_empty_pulls = True
-                    return []
-                except gexc.ResourceExhausted as exc:
-                    if TOO_LARGE not in str(exc) or size == 1:
-                        raise
-                    self._pull_caps[subscription] = max(size // 2, 1)
-                    continue
-                received = list(pubsub_types.PullResponse.pb(response).received_messages)
-                took = time.monotonic() - began
-                if received:
-                    self._answered(took)
-                else:
-                    # An empty answer sent near the deadline was held too (a server may answer
-                    # [] just before the client's timer fires rather than let it pass).
-                    if wait >= HELD_EMPTY_LEAST and not (immediately or at_once):
-                        self.holds_empty_pulls = took >= HELD_EMPTY_SHARE * min(wait, timeout)
-                return received
-
-        deadline = max(wait + grace, answer_time(max_messages * message_bytes))
-        if at_once:
-            deadline = max(deadline, EMULATED_DEADLINE)
-        elif self.holds_empty_pulls is False:
-            deadline = max(deadline, ANSWERED_DEADLINE)
-        return self.call(
-            pull,
-            queue=queue,
-            resource=subscription,
-            budget=max(budget, deadline),
-            attempt_timeout=deadline,
-        )
+        return one(False, at_once=False)
 
     def _answered(self, seconds: float) -> None:
         with self._pool_lock:
