@@ -135,6 +135,10 @@ def test_two_workers_of_four_threads_lease_side_by_side_and_keep_tags_whole(
     assert sum(w.stats.processed for w in workers) == len(names)
 
 
+LATE_MOST = 5
+"""Most tasks the SIGTERM test below lets come back late (2% of its 250-odd not handled)."""
+
+
 HANDLER = """
 import os, time
 from pullqueue.worker import batch_handler
@@ -189,17 +193,23 @@ def test_sigterm_with_leases_in_flight_loses_nothing(
     done, _ = sigterm_once_done(worker, done_file, 40)
     assert len(done) < len(names), "stopped before the queue was drained"
     # Whatever was leased and not handled (those in flight at the signal too) is back at once,
-    # but for a task whose pull answer came after its deadline (a loaded host): the layer drops
-    # such an answer as the service's client does, and the task is out until its ack deadline
-    # (60 s), late, not lost (docs/pubsub.md, "Shard claims"). CI once, and 4 of 32 runs here
-    # with busy loops beside them (load 10-17), met one such task.
+    # but for a task whose pull answer came after its deadline on a loaded host: the answer is
+    # lost in transit as the service's are, and the task is out until its ack deadline (60 s),
+    # late, not lost (docs/pubsub.md, "Shard claims"). A trace of one such run showed a held
+    # pull's answer dropped by the layer as late; CI (load 60-80) met 1 and 2 such tasks whose
+    # answers the layer had not marked late (they crossed the deadline in transit). A give-back
+    # missed at the signal would leave the whole hand out (40-60 tasks here): at most LATE_MOST
+    # may come late, and each within 90 s more.
     expected = set(names) - set(done)
     left = lease_what_is_left(Queue(name, backends[1]), len(expected), 30)
     leased = [t.payload.decode() for t in left]
     assert len(leased) == len(set(leased)) and set(leased) <= expected
     missing = expected - set(leased)
     late = {payload.decode() for payload in layer.dropped[dropped:]}
-    assert missing <= late, f"{len(missing - late)} not back at once: {sorted(missing - late)[:5]}"
+    assert len(missing) <= LATE_MOST, (
+        f"{len(missing)} not back at once: {sorted(missing)[:5]} ({len(missing & late)} of them"
+        " in answers the layer dropped as late)"
+    )
     if missing:
         came = lease_what_is_left(Queue(name, backends[1]), len(missing), 90)
         assert {t.payload.decode() for t in came} == missing, f"{len(missing)} late, lost"
